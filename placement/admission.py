@@ -1,0 +1,108 @@
+"""Admission decisions for an object as the apiserver hands it over: a Pod, or the pod template of a
+Deployment / StatefulSet times its replicas. The webhook and `render` both call these."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from placement.cluster import ClusterState
+from placement.mutation import Mutation, mutate_pod
+from placement.preflight import NRI_FALLBACK, Verdict, preflight, short_warning
+
+WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+
+
+class NotAdmissible(ValueError):
+    """The object is not something we judge (wrong kind, no template): the message says what."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    kind: str
+    pod: Mapping[str, Any]  # the pod, or the workload's pod template shaped as a pod
+    replicas: int
+    namespace: str
+
+
+def subject_of(obj: Any, namespace: str = "") -> Subject:
+    if not isinstance(obj, Mapping):
+        raise NotAdmissible("object is not a JSON object")
+    kind = obj.get("kind")
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    ns = str(meta.get("namespace") or namespace or "default")
+    if kind == "Pod":
+        if not isinstance(obj.get("spec"), Mapping):
+            raise NotAdmissible("Pod has no spec")
+        return Subject("Pod", obj, 1, ns)
+    if kind in WORKLOAD_KINDS:
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        template = spec.get("template")
+        if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+            raise NotAdmissible(f"{kind} has no spec.template.spec")
+        replicas = spec.get("replicas", 1)
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise NotAdmissible(f"{kind} spec.replicas {replicas!r} is not a whole number ≥ 0")
+        tmeta = dict(template.get("metadata") or {})
+        tmeta["namespace"] = ns
+        tmeta.setdefault("name", f"{meta.get('name', '')}")
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": tmeta, "spec": template["spec"]}
+        return Subject(kind, pod, replicas, ns)
+    raise NotAdmissible(f"kind {kind!r} is not judged here; expected Pod, Deployment or StatefulSet")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    mode: str  # enforce | warn | skip | "" when the object is not a model pod
+    check: str
+    message: str  # the refusal (or, in warn mode, what would have been refused)
+    warnings: tuple[str, ...]
+    mutation: Mutation
+    verdict: Verdict | None
+    replicas: int
+
+    @property
+    def policy(self) -> str:
+        return self.mutation.resolution.policy if self.mutation.resolution else "none"
+
+    @property
+    def reason(self) -> str:
+        if self.mutation.resolution and self.mutation.resolution.reason:
+            return self.mutation.resolution.reason
+        return self.check
+
+
+def validate(subject: Subject, cluster: ClusterState) -> Decision:
+    """The pre-flight verdict under the pod's mode. The object is judged as it will be scheduled:
+    our own mutation is applied first (it is idempotent, so an already mutated pod is unchanged)."""
+    mutation = mutate_pod(subject.pod, cluster, subject.namespace)
+    demand = mutation.demand
+    if demand is None:
+        return Decision(True, "", "skipped", mutation.skipped or "", (), mutation, None, subject.replicas)
+    mode = demand.preflight
+    if mode == "skip" or subject.replicas == 0:
+        return Decision(True, mode, "skipped", "", (), mutation, None, subject.replicas)
+    verdict = preflight(demand, mutation.pod["spec"], cluster, subject.replicas, mutation.resolution)
+    notes = tuple(short_warning(n) for n in verdict.notes)
+    if verdict.allowed:
+        return Decision(True, mode, verdict.check, "", notes, mutation, verdict, subject.replicas)
+    if not cluster.settings.nri_enabled and verdict.check in NRI_CHECKS:
+        return Decision(True, mode, "skipped", "", notes, mutation, verdict, subject.replicas)
+    if mode == "warn":
+        return Decision(True, mode, verdict.check, verdict.message,
+                        (short_warning(verdict.message), *split_warning(verdict.message), *notes),
+                        mutation, verdict, subject.replicas)
+    return Decision(False, mode, verdict.check, verdict.message, notes, mutation, verdict, subject.replicas)
+
+
+NRI_CHECKS = ("balloon-type-missing", "nri-not-running", "balloon-type-max-cpus", "max-balloons-reached",
+              NRI_FALLBACK)
+
+
+def split_warning(text: str, size: int = 240) -> tuple[str, ...]:
+    """The whole text in pieces the apiserver will not truncate (it cuts warnings over 256 characters)."""
+    if len(text) <= 120:
+        return ()
+    return tuple(text[i:i + size] for i in range(0, len(text), size))

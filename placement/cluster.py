@@ -1,0 +1,383 @@
+"""Cluster state: Nodes, Pods, BalloonsPolicies and NodeResourceTopologies -> one ledger per node.
+
+Fed either from a file (`from_objects`) or by the list/watch source (`replace` / `apply`). Only what
+the ledgers need is kept per object. A node's ledger is rebuilt lazily, on first use after anything
+that shapes it changed; pod events update it in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from placement import fit as fitmod
+from placement.affinity import node_matches
+from placement.config import Settings
+from placement.demand import ModelDemand, is_model_pod, pod_shared_cpu_milli, read_model_pod
+from placement.ledger import Holding, NodeLedger, NodeNRI
+from placement.quantity import QuantityError
+from placement.topology import (
+    BalloonsPolicy, CPUSet, CPUSetError, Topology, node_topology, parse_balloons_policy,
+    policy_for_node, profile_reserved, reserved_from_spec,
+)
+
+log = logging.getLogger("model_placement.cluster")
+
+KINDS = ("Node", "Pod", "BalloonsPolicy", "NodeResourceTopology")
+TERMINATED = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    capacity_cpu: str | None
+    unschedulable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    node: str | None
+    phase: str
+    created: str
+    model: ModelDemand | None  # None: not a model pod
+    shared_milli: int  # what it takes from the shared pool when it holds no exclusive cores
+    assumed_at: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.node is not None and self.phase not in TERMINATED
+
+
+def _slim_node(obj: Mapping[str, Any]) -> NodeInfo:
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    capacity = (status.get("capacity") or {}).get("cpu") or (status.get("allocatable") or {}).get("cpu")
+    return NodeInfo(
+        name=str(meta.get("name", "")),
+        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        capacity_cpu=None if capacity is None else str(capacity),
+        unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+    )
+
+
+def _slim_nrt(obj: Mapping[str, Any]) -> dict[str, Any]:
+    zones = [z for z in obj.get("zones") or () if isinstance(z, Mapping) and z.get("type") == "Node"]
+    return {"zones": zones}
+
+
+class ClusterState:
+    """Not thread-safe: one thread (the event loop) reads and writes it."""
+
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self.policies: dict[tuple[str, str], BalloonsPolicy] = {}
+        self.nrts: dict[str, dict[str, Any]] = {}
+        self.notes: list[str] = []
+        self._ledgers: dict[str, NodeLedger] = {}
+        self._dirty: set[str] = set()
+        self._pods_on: dict[str, set[str]] = {}
+        self._homogeneous: bool | None = None
+        self.generation = 0  # bumps on every change; caches key on it
+
+    # -- feeding -----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_objects(cls, objects: Iterable[Mapping[str, Any]], settings: Settings) -> ClusterState:
+        state = cls(settings)
+        by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in KINDS}
+        for obj in objects:
+            kind = obj.get("kind")
+            if kind in by_kind:
+                by_kind[kind].append(obj)
+        for kind in KINDS:
+            state.replace(kind, by_kind[kind])
+        return state
+
+    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
+        """A full (re)list of one kind: whatever is not in `objects` is gone."""
+        self.generation += 1
+        if kind == "Node":
+            self.nodes = {n.name: n for n in map(_slim_node, objects) if n.name}
+            self._ledgers = {k: v for k, v in self._ledgers.items() if k in self.nodes}
+            self._mark_all_dirty()
+        elif kind == "Pod":
+            keep_assumed = {u: r for u, r in self.pods.items() if r.assumed_at is not None}
+            self.pods = {}
+            self._pods_on = {}
+            records = [r for r in (self._slim_pod(o) for o in objects) if r is not None]
+            for rec in records:
+                old = keep_assumed.get(rec.uid)
+                if old is not None and rec.node is None:
+                    rec = replace(rec, node=old.node, assumed_at=old.assumed_at)
+                self._index(rec)
+            self._mark_all_dirty()
+        elif kind == "BalloonsPolicy":
+            self.policies = {}
+            for obj in objects:
+                policy = parse_balloons_policy(obj)
+                self.policies[(policy.namespace, policy.name)] = policy
+            self._mark_all_dirty()
+        elif kind == "NodeResourceTopology":
+            self.nrts = {str((o.get("metadata") or {}).get("name")): _slim_nrt(o) for o in objects}
+            self._mark_all_dirty()
+        else:
+            raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+        """One watch event: ADDED, MODIFIED or DELETED."""
+        self.generation += 1
+        deleted = event == "DELETED"
+        meta = obj.get("metadata") or {}
+        if kind == "Pod":
+            uid = str(meta.get("uid", ""))
+            old = self.pods.get(uid)
+            rec = None if deleted else self._slim_pod(obj)
+            if rec is not None and old is not None and old.assumed_at is not None:
+                if rec.node is None:  # the watch has not caught up with our binding yet
+                    rec = replace(rec, node=old.node, assumed_at=old.assumed_at)
+                elif rec.node != old.node:
+                    log.warning("assumed pod bound elsewhere", extra={
+                        "pod": f"{rec.namespace}/{rec.name}", "node": rec.node, "assumed_node": old.node})
+            if old is not None:
+                self._unindex(old)
+            if rec is not None:
+                self._index(rec)
+        elif kind == "Node":
+            name = str(meta.get("name", ""))
+            if deleted:
+                self.nodes.pop(name, None)
+                self._ledgers.pop(name, None)
+                self._dirty.discard(name)
+            else:
+                info = _slim_node(obj)
+                if self.nodes.get(name) != info:
+                    self.nodes[name] = info
+                    self._dirty.add(name)
+            self._check_homogeneity()
+        elif kind == "BalloonsPolicy":
+            key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            if deleted:
+                self.policies.pop(key, None)
+            else:
+                self.policies[key] = parse_balloons_policy(obj)
+            self._mark_all_dirty()
+        elif kind == "NodeResourceTopology":
+            name = str(meta.get("name", ""))
+            if deleted:
+                self.nrts.pop(name, None)
+            else:
+                slim = _slim_nrt(obj)
+                if self.nrts.get(name) == slim:
+                    return
+                self.nrts[name] = slim
+            self._dirty.add(name)
+            self._check_homogeneity()
+        else:
+            raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+    def _slim_pod(self, obj: Mapping[str, Any]) -> PodRecord | None:
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return None
+        spec = obj.get("spec") or {}
+        namespace = str(meta.get("namespace", ""))
+        model = read_model_pod(obj, self.settings) if is_model_pod(meta.get("labels"), self.settings) else None
+        phase = str((obj.get("status") or {}).get("phase") or "Pending")
+        return PodRecord(
+            uid=str(uid), namespace=namespace, name=str(meta.get("name", "")),
+            node=spec.get("nodeName") or None, phase=phase,
+            created=str(meta.get("creationTimestamp") or ""), model=model,
+            shared_milli=pod_shared_cpu_milli(spec),
+        )
+
+    # -- the pod index and incremental accounting ---------------------------------------------------
+
+    def _index(self, rec: PodRecord) -> None:
+        self.pods[rec.uid] = rec
+        if rec.active:
+            self._pods_on.setdefault(rec.node, set()).add(rec.uid)  # type: ignore[arg-type]
+            ledger = self._ledgers.get(rec.node)  # type: ignore[arg-type]
+            if ledger is not None and rec.node not in self._dirty:
+                self._account(ledger, rec)
+
+    def _unindex(self, rec: PodRecord) -> None:
+        self.pods.pop(rec.uid, None)
+        if rec.node is not None:
+            on = self._pods_on.get(rec.node)
+            if on is not None:
+                on.discard(rec.uid)
+            ledger = self._ledgers.get(rec.node)
+            if ledger is not None and rec.node not in self._dirty:
+                ledger.release(rec.uid)
+                ledger.drop_shared(rec.uid)
+
+    def _account(self, ledger: NodeLedger, rec: PodRecord) -> None:
+        demand = rec.model
+        if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
+            ledger.set_shared(rec.uid, rec.model.cpu_milli if rec.model else rec.shared_milli)
+            return
+        result = self.fit(demand, ledger)
+        if result.ok:
+            ledger.hold(fitmod.holding_for(rec.uid, demand, result, rec.assumed_at))
+            return
+        if result.footprint is None or result.check in (fitmod.BALLOON_TYPE_MISSING, fitmod.NRI_NOT_RUNNING):
+            # No balloon can exist for it there: it really runs in the shared pool.
+            ledger.set_shared(rec.uid, demand.cpu_milli)
+            return
+        # It runs here although it does not fit: account what it takes, as the allocator would.
+        fp = result.footprint
+        free = ledger.free()
+        order = sorted(range(len(free)), key=lambda i: (-free[i], i))
+        if fp.cores_per_numa:
+            want = tuple((i, fp.cores_per_numa) for i in order[: fp.numa_nodes])
+        else:
+            want = ((order[0], fp.cores),) if order else ()
+        log.warning("pod overcommits its node", extra={
+            "pod": demand.pod, "node": ledger.name, "reason": result.reason})
+        ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, fp.balloon_type, want, rec.assumed_at))
+
+    # -- ledgers -----------------------------------------------------------------------------------
+
+    def _mark_all_dirty(self) -> None:
+        self._dirty = set(self.nodes)
+        self._homogeneous = None
+
+    def _check_homogeneity(self) -> None:
+        if self.settings.nri_reserved_cpu_list and self._homogeneous is not None:
+            was = self._homogeneous
+            self._homogeneous = None
+            if self.homogeneous != was:
+                self._mark_all_dirty()
+
+    @property
+    def homogeneous(self) -> bool:
+        """Every node has the same shape (cores per NUMA node, SMT width): one cpuset list fits all."""
+        if self._homogeneous is None:
+            shapes = {self._topology(n)[0].shape() for n in self.nodes.values()}
+            self._homogeneous = len(shapes) <= 1
+        return self._homogeneous
+
+    def _topology(self, node: NodeInfo) -> tuple[Topology, str]:
+        return node_topology(node.name, node.labels, node.capacity_cpu, self.nrts.get(node.name),
+                             self.settings.numa_count_label, self.settings.mm_kubelet_threads_per_core)
+
+    def _reserved(self, node: NodeInfo, topo: Topology, policy: BalloonsPolicy | None) -> tuple[CPUSet, str]:
+        if policy is not None and policy.reserved_cpu:
+            try:
+                return reserved_from_spec(topo, policy.reserved_cpu), \
+                    f"BalloonsPolicy {policy.namespace}/{policy.name} reservedResources.cpu={policy.reserved_cpu}"
+            except (CPUSetError, QuantityError) as exc:
+                self._note(f"node {node.name}: ignoring reservedResources.cpu of BalloonsPolicy "
+                           f"{policy.namespace}/{policy.name}: {exc}")
+        explicit = self.settings.nri_reserved_cpu_list
+        if explicit and self.homogeneous:
+            return CPUSet.parse(explicit) & topo.cpus, f"nri_reserved_cpu_list={explicit}"
+        profile = self.settings.nri_deployment_profile
+        return profile_reserved(topo, profile), f"profile {profile}"
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+            log.info(text)
+
+    def _build(self, name: str) -> NodeLedger:
+        node = self.nodes[name]
+        topo, note = self._topology(node)
+        if topo.source == "single-numa":
+            self._note(note)
+        policy = policy_for_node(self.policies.values(), name, node.labels)
+        reserved, source = self._reserved(node, topo, policy)
+        nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
+        ledger = NodeLedger(name, topo, reserved, source, node.labels, nri)
+        records = [self.pods[u] for u in self._pods_on.get(name, ()) if u in self.pods]
+        # The balloons allocator placed them in creation order; replaying that order reproduces it.
+        for rec in sorted(records, key=lambda r: (r.created, r.namespace, r.name)):
+            self._account(ledger, rec)
+        return ledger
+
+    def ledger(self, name: str) -> NodeLedger | None:
+        if name not in self.nodes:
+            return None
+        if name in self._dirty or name not in self._ledgers:
+            self._ledgers[name] = self._build(name)
+            self._dirty.discard(name)
+        return self._ledgers[name]
+
+    def ledgers(self) -> list[NodeLedger]:
+        return [self.ledger(n) for n in sorted(self.nodes)]  # type: ignore[misc]
+
+    # -- questions ---------------------------------------------------------------------------------
+
+    def eligible(self, spec: Mapping[str, Any]) -> list[NodeLedger]:
+        """Schedulable nodes the pod's nodeSelector and required node affinity allow."""
+        return [
+            self.ledger(n.name)  # type: ignore[misc]
+            for n in sorted(self.nodes.values(), key=lambda n: n.name)
+            if not n.unschedulable and node_matches(spec, n.name, n.labels)
+        ]
+
+    def fit(self, demand: ModelDemand, ledger: NodeLedger) -> fitmod.Fit:
+        """The scheduler's question: does it fit what is free now?"""
+        return fitmod.fit(demand, ledger, self.settings.mm_kubelet_threads_per_core, self.settings.scoring_strategy)
+
+    def fit_admission(self, demand: ModelDemand, ledger: NodeLedger) -> fitmod.Fit:
+        """Admission's question: as `fit`, with the model's own running pods counted as free."""
+        return fitmod.fit(demand, ledger, self.settings.mm_kubelet_threads_per_core, self.settings.scoring_strategy,
+                          own_free=True)
+
+    # -- assumed pods (our own /bind) ----------------------------------------------------------------
+
+    def assume(self, uid: str, namespace: str, name: str, demand: ModelDemand, node: str) -> fitmod.Fit:
+        """Hold the cores of a pod we are binding, before the watch shows the binding, so the next
+        scheduling cycle cannot be promised the same cores."""
+        ledger = self.ledger(node)
+        if ledger is None:
+            return fitmod.Fit(node, False, "unknown-node", f"node {node} is not known to the extender", False)
+        old = self.pods.get(uid)
+        if old is not None and old.node is not None:
+            return fitmod.Fit(node, False, "already-bound",
+                              f"pod {namespace}/{name} is already bound to node {old.node}", False)
+        now = self.clock()
+        result = self.fit(demand, ledger)
+        if not result.ok:
+            return result
+        self.generation += 1
+        rec = PodRecord(uid, namespace, name, node, "Pending", old.created if old else "", demand,
+                        demand.cpu_milli, assumed_at=now)
+        if old is not None:
+            self._unindex(old)
+        self._index(rec)
+        return result
+
+    def forget(self, uid: str) -> None:
+        """Drop an assumption whose binding failed."""
+        rec = self.pods.get(uid)
+        if rec is not None and rec.assumed_at is not None:
+            self.generation += 1
+            self._unindex(rec)
+
+    def expire_assumed(self, ttl: float | None = None) -> list[PodRecord]:
+        ttl = self.settings.assume_ttl_seconds if ttl is None else ttl
+        now = self.clock()
+        stale = [r for r in self.pods.values() if r.assumed_at is not None and now - r.assumed_at > ttl]
+        for rec in stale:
+            self.generation += 1
+            self._unindex(rec)
+            log.warning("assumed pod not seen bound in time; releasing its cores", extra={
+                "pod": f"{rec.namespace}/{rec.name}", "node": rec.node, "reason": f"no binding seen in {ttl:g}s"})
+        return stale
+
+    def confirmed(self, uid: str) -> bool:
+        rec = self.pods.get(uid)
+        return rec is not None and rec.node is not None and rec.assumed_at is None

@@ -1,0 +1,126 @@
+"""Settings: the one switch (`kubernetes_cpu_policy`) and every knob.
+
+Precedence is per-pod annotation > environment > config file > default. The per-pod part lives in
+`demand.py`, which is where a pod is read; this module resolves the cluster-wide settings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+CpuPolicy = Literal["nri-balloons", "kubelet-static", "best-effort"]
+Preflight = Literal["enforce", "warn", "skip"]
+Profile = Literal["siblings", "minimal", "standard", "observability", "full"]
+ScoringStrategy = Literal["MostAllocated", "LeastAllocated", "BalancedAllocation"]
+
+CPU_POLICIES: tuple[str, ...] = get_args(CpuPolicy)
+PREFLIGHT_MODES: tuple[str, ...] = get_args(Preflight)
+PROFILE_RESERVED_CPUS: dict[str, int | None] = {
+    # None: one physical core per NUMA node, so the count depends on the node.
+    "siblings": None,
+    "minimal": 8,
+    "standard": 12,
+    "observability": 16,
+    "full": 20,
+}
+
+
+class ConfigError(ValueError):
+    """An invalid setting: names the key, the value and what is allowed."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kubernetes_cpu_policy: CpuPolicy = "nri-balloons"
+    nri_enabled: bool = True
+    preflight: Preflight = "enforce"
+    nri_deployment_profile: Profile = "standard"
+    nri_reserved_cpu_list: str = ""
+    nri_balloon_prefix: str = Field(default="vllm-balloon-tp", min_length=1)
+    mm_kubelet_threads_per_core: int = Field(default=2, ge=1, le=8)
+    require_amx: bool = True
+    amx_node_label: str = "feature.node.kubernetes.io/cpu-security.amx.enabled"
+    numa_count_label: str = "feature.node.kubernetes.io/memory-numa.node_count"
+    scheduler_name: str = ""
+    scoring_strategy: ScoringStrategy = "MostAllocated"
+    # Labels whose presence makes a pod a model pod.
+    model_labels: tuple[str, ...] = ("model-manager.io/model", "serving.kserve.io/inferenceservice")
+    # Namespaces never touched, whatever the webhook configuration sends us.
+    protected_namespaces: tuple[str, ...] = ("kube-system", "model-placement")
+    # An assumed pod (bound by us, not yet seen bound by the watch) is dropped after this long.
+    assume_ttl_seconds: float = Field(default=30.0, gt=0)
+
+    @field_validator("nri_reserved_cpu_list")
+    @classmethod
+    def _cpuset(cls, value: str) -> str:
+        from placement.topology import CPUSet  # local: topology imports nothing from here
+
+        CPUSet.parse(value)
+        return value
+
+
+# Environment variables from the design table; every key is also settable as MM_<KEY>.
+_ENV_ALIASES: dict[str, str] = {
+    "MM_CPU_POLICY": "kubernetes_cpu_policy",
+    "MM_NRI_ENABLED": "nri_enabled",
+    "MM_NRI_PREFLIGHT": "preflight",
+    "MM_KUBELET_THREADS_PER_CORE": "mm_kubelet_threads_per_core",
+}
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in Settings.model_fields:
+        generic = f"MM_{key.upper()}"
+        if generic in env:
+            out[key] = env[generic]
+    for var, key in _ENV_ALIASES.items():
+        if var in env:
+            out[key] = env[var]
+    if env.get("MM_NRI_SKIP_PREFLIGHT", "").strip().lower() in _TRUE:
+        out["preflight"] = "skip"
+    for key in ("model_labels", "protected_namespaces"):
+        if isinstance(out.get(key), str):
+            out[key] = tuple(s.strip() for s in out[key].split(",") if s.strip())
+    return out
+
+
+def _explain(error: ValidationError, source: Mapping[str, Any]) -> str:
+    parts = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "<config>"
+        value = source.get(str(item["loc"][0]), item.get("input")) if item["loc"] else item.get("input")
+        annotation = Settings.model_fields.get(str(item["loc"][0]) if item["loc"] else "")
+        allowed = ""
+        if annotation is not None and get_args(annotation.annotation):
+            allowed = f"; allowed: {', '.join(map(str, get_args(annotation.annotation)))}"
+        if item["type"] == "extra_forbidden":
+            allowed = f"; known keys: {', '.join(Settings.model_fields)}"
+        parts.append(f"{key}={value!r}: {item['msg']}{allowed}")
+    return "invalid configuration: " + "; ".join(parts)
+
+
+def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Defaults < config file < environment. Raises ConfigError naming key, value and allowed values."""
+    raw: dict[str, Any] = {}
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must be a mapping of settings, got {type(loaded).__name__}")
+        raw.update(loaded)
+    raw.update(_env_overrides(os.environ if env is None else env))
+    try:
+        return Settings(**raw)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, raw)) from None

@@ -1,0 +1,292 @@
+"""What a model pod asks for: policy, TP, model container, CPUs — read from the pod alone.
+
+Everything that needs the cluster (does the balloon type exist? how many threads per core on the
+node?) is decided in `fit.py` / `cluster.py`; this module only reads one pod.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from placement.config import CPU_POLICIES, PREFLIGHT_MODES, Settings
+from placement.quantity import QuantityError, cpu_milli
+
+# Inputs a user may set.
+ANN_POLICY = "model-manager.io/cpu-policy"
+ANN_TP = "model-manager.io/tensor-parallel-size"
+ANN_BALLOON = "model-manager.io/nri-balloon"
+ANN_NODE = "model-manager.io/node"
+ANN_REQUIRE_AMX = "model-manager.io/require-amx"
+ANN_PREFLIGHT = "model-manager.io/preflight"
+ANN_CONTAINER = "model-manager.io/container"
+# Outputs the webhook writes.
+OUT_TYPE = "cpu-policy.model-manager.io/type"
+OUT_REASON = "cpu-policy.model-manager.io/reason"
+OUT_TP = "cpu-policy.model-manager.io/tensor-parallel-size"
+OUT_CPUS = "cpu-policy.model-manager.io/cpus"
+BALLOON_PREFIX = "balloon.balloons.resource-policy.nri.io/container."
+
+KSERVE_LABEL = "serving.kserve.io/inferenceservice"
+VALID_TP = (1, 2, 4, 8)
+DEFAULT_CONTAINERS = ("main", "kserve-container")
+
+_TP_FLAGS = ("--tensor-parallel-size", "-tp")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelIdentity:
+    """Pods of one model: their held capacity counts as free when the same model is re-deployed."""
+
+    namespace: str
+    label: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDemand:
+    """One model pod's request, as read from the pod (nothing resolved against the cluster yet)."""
+
+    pod: str  # namespace/name (or namespace/generateName*) for messages
+    identity: ModelIdentity | None
+    container: str
+    tp: int
+    tp_source: str
+    requested_policy: str
+    resolved_policy: str | None  # the webhook's own output annotation, when present
+    balloon_type: str
+    cpu_milli: int
+    preflight: str
+    require_amx: bool
+    node_pin: str | None
+    problems: tuple[str, ...]  # things the pod itself gets wrong, each a user-facing sentence
+
+    @property
+    def policy(self) -> str:
+        return self.resolved_policy or self.requested_policy
+
+    @property
+    def cpus(self) -> int:
+        """Whole CPUs of the model container (a fractional request rounds up)."""
+        return math.ceil(self.cpu_milli / 1000)
+
+    def footprint_cores(self, threads_per_core: int, hide_hyperthreads: bool) -> int:
+        """Physical cores the model needs on a node with this SMT width.
+
+        A balloon that hides hyperthreads gives the container one thread per core, so each
+        requested CPU costs a whole core; otherwise CPUs pack onto threads."""
+        if self.policy == "nri-balloons" and hide_hyperthreads:
+            return self.cpus
+        return math.ceil(self.cpus / threads_per_core)
+
+    def kubelet_cpus(self, threads_per_core: int) -> int:
+        """kubelet-static: the model container's CPUs rounded up to whole cores."""
+        return round_up(self.cpus, threads_per_core)
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def pod_display_name(pod: Mapping[str, Any], namespace: str = "") -> str:
+    meta = pod.get("metadata") or {}
+    ns = meta.get("namespace") or namespace or "default"
+    name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "<unnamed>")
+    return f"{ns}/{name}"
+
+
+def is_model_pod(labels: Mapping[str, Any] | None, settings: Settings) -> bool:
+    return bool(labels) and any(key in labels for key in settings.model_labels)  # type: ignore[operator]
+
+
+def model_identity(meta: Mapping[str, Any], namespace: str, settings: Settings) -> ModelIdentity | None:
+    labels = meta.get("labels") or {}
+    ns = meta.get("namespace") or namespace or "default"
+    for key in (KSERVE_LABEL, *settings.model_labels):
+        if labels.get(key):
+            return ModelIdentity(ns, key, str(labels[key]))
+    return None
+
+
+def model_container(spec: Mapping[str, Any], annotations: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str | None]:
+    """The model container and, when the annotation names a container that does not exist, a problem."""
+    containers = [c for c in spec.get("containers") or () if isinstance(c, Mapping)]
+    if not containers:
+        return None, "the pod has no containers"
+    by_name = {c.get("name"): c for c in containers}
+    wanted = annotations.get(ANN_CONTAINER)
+    if wanted:
+        if wanted in by_name:
+            return by_name[wanted], None
+        return containers[0], (
+            f"annotation {ANN_CONTAINER}={wanted!r} names no container of this pod "
+            f"(containers: {', '.join(str(n) for n in by_name)})"
+        )
+    for name in DEFAULT_CONTAINERS:
+        if name in by_name:
+            return by_name[name], None
+    return containers[0], None
+
+
+def _tokens(container: Mapping[str, Any]) -> list[str]:
+    words: list[str] = []
+    for part in (container.get("command") or []) + (container.get("args") or []):
+        text = str(part)
+        if " " in text.strip():  # `sh -c "vllm serve … -tp 2"`: split the script too
+            try:
+                words.extend(shlex.split(text))
+            except ValueError:
+                words.extend(text.split())
+        else:
+            words.append(text)
+    return words
+
+
+def tp_from_args(container: Mapping[str, Any]) -> str | None:
+    """The last `--tensor-parallel-size N`, `--tensor-parallel-size=N` or `-tp N` (argparse: last wins)."""
+    words = _tokens(container)
+    found: str | None = None
+    for i, word in enumerate(words):
+        for flag in _TP_FLAGS:
+            if word == flag and i + 1 < len(words):
+                found = words[i + 1]
+            elif word.startswith(flag + "="):
+                found = word[len(flag) + 1:]
+    return found
+
+
+def _parse_tp(raw: str, source: str) -> tuple[int, str | None]:
+    try:
+        tp = int(str(raw).strip())
+    except ValueError:
+        return 1, f"tensor-parallel-size {raw!r} from {source} is not a whole number; use one of 1, 2, 4, 8"
+    if tp not in VALID_TP:
+        return tp, (
+            f"tensor-parallel-size {tp} (from {source}) is not supported: a balloon spans 1, 2, 4 or 8 "
+            "NUMA nodes; use 1, 2, 4 or 8"
+        )
+    return tp, None
+
+
+def _flag(value: Any) -> bool | None:
+    if value is None:
+        return None
+    return str(value).strip().lower() not in {"false", "0", "no", "off"}
+
+
+def container_cpu_milli(container: Mapping[str, Any]) -> tuple[int, str | None]:
+    """requests.cpu, else limits.cpu (the apiserver defaults a missing request to the limit)."""
+    resources = container.get("resources") or {}
+    for section in ("requests", "limits"):
+        value = (resources.get(section) or {}).get("cpu")
+        if value is not None:
+            try:
+                return cpu_milli(value), None
+            except QuantityError as exc:
+                return 0, f"container {container.get('name')!r}: {exc}"
+    return 0, None
+
+
+def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = "") -> ModelDemand:
+    """Read a model pod (the caller has checked `is_model_pod`). Never raises on bad input: what the
+    pod gets wrong is collected in `problems`, each phrased for the user."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    problems: list[str] = []
+
+    container, problem = model_container(spec, annotations)
+    if problem:
+        problems.append(problem)
+    container = container or {}
+    name = str(container.get("name", ""))
+
+    tp, tp_source = 1, "default"
+    for key, source in ((OUT_TP, f"annotation {OUT_TP}"), (ANN_TP, f"annotation {ANN_TP}")):
+        if annotations.get(key) is not None:
+            tp, problem = _parse_tp(annotations[key], source)
+            tp_source = source
+            break
+    else:
+        raw = tp_from_args(container)
+        problem = None
+        if raw is not None:
+            tp_source = f"--tensor-parallel-size in container {name!r}"
+            tp, problem = _parse_tp(raw, tp_source)
+    if problem:
+        problems.append(problem)
+
+    requested = str(annotations.get(ANN_POLICY) or settings.kubernetes_cpu_policy)
+    if requested not in CPU_POLICIES:
+        problems.append(
+            f"annotation {ANN_POLICY}={requested!r} is not a CPU policy; use one of {', '.join(CPU_POLICIES)}"
+        )
+        requested = settings.kubernetes_cpu_policy
+    resolved = annotations.get(OUT_TYPE)
+    resolved = str(resolved) if resolved in CPU_POLICIES else None
+
+    preflight = str(annotations.get(ANN_PREFLIGHT) or settings.preflight)
+    if preflight not in PREFLIGHT_MODES:
+        problems.append(f"annotation {ANN_PREFLIGHT}={preflight!r} is not one of {', '.join(PREFLIGHT_MODES)}")
+        preflight = settings.preflight
+
+    balloon = (
+        annotations.get(BALLOON_PREFIX + name)
+        or annotations.get(ANN_BALLOON)
+        or f"{settings.nri_balloon_prefix}{tp}"
+    )
+
+    cpu, problem = container_cpu_milli(container)
+    if problem:
+        problems.append(problem)
+    elif cpu == 0 and container:
+        problems.append(
+            f"model container {name!r} requests no CPU; set resources.requests.cpu (e.g. \"16\") so the "
+            "balloon can be sized"
+        )
+
+    amx = _flag(annotations.get(ANN_REQUIRE_AMX))
+    return ModelDemand(
+        pod=pod_display_name(pod, namespace),
+        identity=model_identity(meta, namespace, settings),
+        container=name,
+        tp=tp,
+        tp_source=tp_source,
+        requested_policy=requested,
+        resolved_policy=resolved,
+        balloon_type=str(balloon),
+        cpu_milli=cpu,
+        preflight=preflight,
+        require_amx=settings.require_amx if amx is None else amx,
+        node_pin=str(annotations[ANN_NODE]) if annotations.get(ANN_NODE) else None,
+        problems=tuple(problems),
+    )
+
+
+def pod_shared_cpu_milli(spec: Mapping[str, Any]) -> int:
+    """CPU a pod takes from the shared pool: kubelet's effective request, max(sum of app containers
+    plus restartable init containers, largest regular init container). Bad quantities count as 0."""
+    def req(c: Mapping[str, Any]) -> int:
+        value, _ = container_cpu_milli(c)
+        return value
+
+    apps = sum(req(c) for c in _containers(spec.get("containers")))
+    sidecars = 0
+    init_peak = 0
+    for c in _containers(spec.get("initContainers")):
+        if c.get("restartPolicy") == "Always":
+            sidecars += req(c)
+        else:
+            init_peak = max(init_peak, sidecars + req(c))
+    return max(apps + sidecars, init_peak)
+
+
+def _containers(value: Any) -> Sequence[Mapping[str, Any]]:
+    return [c for c in value or () if isinstance(c, Mapping)]

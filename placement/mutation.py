@@ -1,0 +1,160 @@
+"""The pod a model pod should become: annotations, Guaranteed resources, node affinity.
+
+Pure: a pod in, a new pod out (the input is never modified). Idempotent: mutating the output again
+changes nothing, so the apiserver's reinvocation finds an empty patch. The JSON patch itself is
+the webhook's business.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from placement.cluster import ClusterState
+from placement.demand import (
+    BALLOON_PREFIX, OUT_CPUS, OUT_REASON, OUT_TP, OUT_TYPE, ModelDemand, is_model_pod, read_model_pod, round_up,
+)
+from placement.preflight import Resolution, resolve_policy
+from placement.quantity import QuantityError, cpu_milli, format_cpu
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    pod: dict[str, Any]  # the pod as it should be (a copy)
+    demand: ModelDemand | None  # None when the pod is left alone
+    resolution: Resolution | None
+    skipped: str | None  # why the pod is left alone, e.g. "not a model pod"
+
+
+def skip_reason(pod: Mapping[str, Any], namespace: str, cluster: ClusterState) -> str | None:
+    """Pods we never touch, whatever the webhook configuration sends us."""
+    meta = pod.get("metadata") or {}
+    ns = meta.get("namespace") or namespace
+    if ns in cluster.settings.protected_namespaces:
+        return f"namespace {ns} is protected"
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return "mirror pod"
+    if meta.get("deletionTimestamp"):
+        return "pod is being deleted"
+    if not is_model_pod(meta.get("labels"), cluster.settings):
+        return "not a model pod"
+    return None
+
+
+def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "") -> Mutation:
+    skipped = skip_reason(pod, namespace, cluster)
+    if skipped:
+        return Mutation(copy.deepcopy(dict(pod)), None, None, skipped)
+    settings = cluster.settings
+    out: dict[str, Any] = copy.deepcopy(dict(pod))
+    spec = out.setdefault("spec", {})
+    demand = read_model_pod(out, settings, namespace)
+
+    # Affinity first: which nodes are eligible decides whether NRI can be honoured.
+    if demand.require_amx:
+        _require_on_every_term(spec, "matchExpressions",
+                               {"key": settings.amx_node_label, "operator": "In", "values": ["true"]})
+    if demand.node_pin:
+        _require_on_every_term(spec, "matchFields",
+                               {"key": "metadata.name", "operator": "In", "values": [demand.node_pin]})
+    if settings.scheduler_name and spec.get("schedulerName") in (None, "", "default-scheduler"):
+        spec["schedulerName"] = settings.scheduler_name
+
+    eligible = cluster.eligible(spec)
+    resolution = resolve_policy(demand, eligible, settings.nri_enabled)
+    annotations = out.setdefault("metadata", {}).setdefault("annotations", {})
+    if annotations is None:
+        annotations = out["metadata"]["annotations"] = {}
+    annotations[OUT_TYPE] = resolution.policy
+    if resolution.reason:
+        annotations[OUT_REASON] = resolution.reason
+    else:
+        annotations.pop(OUT_REASON, None)
+    annotations[OUT_TP] = str(demand.tp)
+
+    tpc = settings.mm_kubelet_threads_per_core
+    if resolution.policy == "nri-balloons":
+        annotations[BALLOON_PREFIX + demand.container] = demand.balloon_type
+        hide = _hides_hyperthreads(demand, eligible)
+        cores = demand.cpus if hide else math.ceil(demand.cpus / tpc)
+        per_numa = math.ceil(cores / demand.tp) if demand.tp > 0 else cores
+        annotations[OUT_CPUS] = str(per_numa * max(demand.tp, 1) * tpc)
+    elif resolution.policy == "kubelet-static":
+        _make_guaranteed(spec, demand.container, tpc)
+        annotations[OUT_CPUS] = str(demand.kubelet_cpus(tpc))
+    else:
+        annotations[OUT_CPUS] = str(demand.cpus)
+    return Mutation(out, demand, resolution, None)
+
+
+def _hides_hyperthreads(demand: ModelDemand, eligible: list) -> bool:
+    for ledger in eligible:
+        policy = ledger.nri.policy
+        btype = policy.balloon_type(demand.balloon_type) if policy else None
+        if btype is not None:
+            return btype.hide_hyperthreads
+    return True
+
+
+def _require_on_every_term(spec: dict[str, Any], field: str, requirement: dict[str, Any]) -> None:
+    """Node selector terms are ORed, so a requirement must be ANDed into every one of them."""
+    affinity = spec.get("affinity") or {}
+    spec["affinity"] = affinity
+    node_affinity = affinity.get("nodeAffinity") or {}
+    affinity["nodeAffinity"] = node_affinity
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    terms = required.get("nodeSelectorTerms") or []
+    required["nodeSelectorTerms"] = terms
+    if not terms:
+        terms.append({})
+    for term in terms:
+        items = term.get(field) or []
+        if requirement not in items:
+            items.append(copy.deepcopy(requirement))
+        term[field] = items
+
+
+def _whole_cpus(value: object) -> int | None:
+    try:
+        milli = cpu_milli(value)
+    except QuantityError:
+        return None
+    return milli // 1000 if milli % 1000 == 0 else None
+
+
+def _make_guaranteed(spec: dict[str, Any], model_container: str, tpc: int) -> None:
+    """requests == limits for cpu and memory everywhere; whole CPU counts rounded up to whole cores,
+    because kubelet's full-pcpus-only answers SMTAlignmentError to an odd count. A fractional
+    sidecar stays fractional: it runs in the shared pool. A value we cannot read is left for the
+    validating webhook to refuse with a message."""
+    for section in ("initContainers", "containers"):
+        for container in spec.get(section) or ():
+            resources = container.get("resources") or {}
+            container["resources"] = resources
+            requests = resources.get("requests") or {}
+            limits = resources.get("limits") or {}
+            for name in ("cpu", "memory"):
+                value = requests.get(name, limits.get(name))
+                if value is None:
+                    continue
+                if name == "cpu":
+                    whole = _whole_cpus(value)
+                    if container.get("name") == model_container:
+                        try:
+                            whole = math.ceil(cpu_milli(value) / 1000)
+                        except QuantityError:
+                            whole = None
+                    if whole is not None:
+                        value = format_cpu(round_up(whole, tpc) * 1000)
+                requests[name] = value
+                limits[name] = value
+            if requests:
+                resources["requests"] = requests
+            if limits:
+                resources["limits"] = limits

@@ -1,0 +1,227 @@
+"""Cluster-wide questions about a model pod: which policy it really gets, and whether it can land.
+
+The per-node answer is `fit.fit`; this module only aggregates those answers over the nodes the pod
+may use, and turns them into the message an operator reads: what was asked, what is free, what to
+change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from placement import fit as fitmod
+from placement.cluster import ClusterState
+from placement.demand import VALID_TP, ModelDemand
+from placement.ledger import NodeLedger
+from placement.quantity import QuantityError, memory_bytes
+
+# Check ids beyond fit's own.
+POD_SPEC = "pod-spec"
+NO_ELIGIBLE_NODE = "no-eligible-node"
+MEMORY_MISSING = "memory-missing"
+REPLICAS = "replicas-do-not-fit"
+NRI_FALLBACK = "nri-resolution-failed"
+NRI_DISABLED = "nri-disabled"
+
+WARNING_LIMIT = 120  # the apiserver's advice for one warning
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    policy: str
+    reason: str | None  # set only when `policy` differs from what was requested
+
+
+def resolve_policy(demand: ModelDemand, eligible: Sequence[NodeLedger], nri_enabled: bool) -> Resolution:
+    """nri-balloons is honoured only where a BalloonsPolicy defining the balloon type applies to an
+    eligible node whose plugin is running; otherwise the model still serves, best-effort."""
+    if demand.requested_policy != "nri-balloons":
+        return Resolution(demand.requested_policy, None)
+    if not nri_enabled:
+        return Resolution("best-effort", NRI_DISABLED)
+    for ledger in eligible:
+        policy = ledger.nri.policy
+        if ledger.nri.running and policy is not None and policy.balloon_type(demand.balloon_type) is not None:
+            return Resolution("nri-balloons", None)
+    return Resolution("best-effort", NRI_FALLBACK)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    allowed: bool
+    check: str  # "fits" or the id of the check that refused
+    message: str  # the whole explanation; empty when it simply fits
+    fits: tuple[fitmod.Fit, ...] = ()  # every eligible node, feasible first, best score first
+    notes: tuple[str, ...] = field(default=())  # admitted, but worth telling (e.g. the best-effort fallback)
+
+    @property
+    def ranking(self) -> tuple[fitmod.Fit, ...]:
+        return self.fits
+
+
+def _names(ledgers: Sequence[NodeLedger], limit: int = 4) -> str:
+    names = [ledger.name for ledger in ledgers]
+    return ", ".join(names[:limit]) + (", …" if len(names) > limit else "")
+
+
+def memory_problems(spec: Mapping[str, Any]) -> list[str]:
+    """kubelet-static needs a Guaranteed pod: every container and init container needs memory."""
+    missing = []
+    for section in ("initContainers", "containers"):
+        for c in spec.get(section) or ():
+            res = c.get("resources") or {}
+            values = [(res.get(k) or {}).get("memory") for k in ("requests", "limits")]
+            if all(v is None for v in values):
+                missing.append(str(c.get("name")))
+            else:
+                for v in values:
+                    if v is not None:
+                        try:
+                            memory_bytes(v)
+                        except QuantityError as exc:
+                            missing.append(f"{c.get('name')} ({exc})")
+    return missing
+
+
+def rank(fits: Sequence[fitmod.Fit]) -> tuple[fitmod.Fit, ...]:
+    return tuple(sorted(fits, key=lambda f: (not f.ok, -f.score, f.node)))
+
+
+def preflight(
+    demand: ModelDemand,
+    spec: Mapping[str, Any],
+    cluster: ClusterState,
+    replicas: int = 1,
+    resolution: Resolution | None = None,
+) -> Verdict:
+    """Can this model (`replicas` copies) be pinned somewhere now? `spec` is the pod spec as it will
+    be scheduled (after our mutation), so affinity and the AMX requirement are in it."""
+    if demand.problems:
+        return Verdict(False, POD_SPEC, "; ".join(demand.problems))
+    eligible = cluster.eligible(spec)
+    resolution = resolution or resolve_policy(demand, eligible, cluster.settings.nri_enabled)
+    what = f"{demand.pod} (model container {demand.container!r}, {demand.cpus} CPUs, TP={demand.tp})"
+    if not eligible:
+        return Verdict(False, NO_ELIGIBLE_NODE,
+                       f"{what}: no schedulable node matches its nodeSelector and required node affinity"
+                       f"{' (including ' + cluster.settings.amx_node_label + '=true)' if demand.require_amx else ''}. "
+                       "Label a node to match, fix the selector, or set model-manager.io/require-amx: \"false\" "
+                       "if the model does not need AMX.")
+    max_numa = max(ledger.topology.numa_count for ledger in eligible)
+    if demand.tp > max_numa:
+        better = max(t for t in VALID_TP if t <= max_numa)
+        return Verdict(False, fitmod.TP_EXCEEDS_NUMA,
+                       f"TP={demand.tp} needs a node with at least {demand.tp} NUMA nodes; the {len(eligible)} "
+                       f"eligible node{'s' if len(eligible) != 1 else ''} have at most {max_numa} "
+                       f"({_names(eligible)}). Use tensor-parallel-size {better}, or add a node with "
+                       f"≥{demand.tp} NUMA nodes.")
+    if resolution.policy == "kubelet-static":
+        missing = memory_problems(spec)
+        if missing:
+            return Verdict(False, MEMORY_MISSING,
+                           f"{demand.pod}: kubelet-static pins cores only for Guaranteed pods, and container(s) "
+                           f"{', '.join(missing)} set no memory request or limit. Set resources.limits.memory "
+                           "(and the same requests.memory) on every container and init container.")
+    explicit = demand.balloon_type != f"{cluster.settings.nri_balloon_prefix}{demand.tp}"
+    notes: tuple[str, ...] = ()
+    if demand.requested_policy == "nri-balloons" and resolution.policy != "nri-balloons":
+        if explicit and resolution.reason == NRI_FALLBACK:
+            return Verdict(False, fitmod.BALLOON_TYPE_MISSING,
+                           f"{demand.pod} asks for balloon type {demand.balloon_type}, which no BalloonsPolicy "
+                           f"defines for the {len(eligible)} eligible nodes ({_names(eligible)}) with a running "
+                           "NRI balloons plugin. Add the type to the BalloonsPolicy, or remove the "
+                           "model-manager.io/nri-balloon annotation to use "
+                           f"{cluster.settings.nri_balloon_prefix}{demand.tp}.")
+        if resolution.reason == NRI_FALLBACK:
+            notes = (f"{demand.pod} runs best-effort without exclusive cores: no eligible node has a running NRI "
+                     f"balloons plugin with balloon type {demand.balloon_type}.",)
+    resolved = demand if demand.resolved_policy == resolution.policy else _with_policy(demand, resolution.policy)
+
+    fits = [cluster.fit_admission(resolved, ledger) for ledger in eligible]
+    ranked = rank(fits)
+    feasible = [f for f in ranked if f.ok]
+    if not feasible:
+        return _explain_no_fit(resolved, eligible, ranked, cluster)
+    if replicas > 1:
+        placed = _simulate_replicas(resolved, eligible, cluster, replicas)
+        if placed < replicas:
+            return Verdict(False, REPLICAS,
+                           f"{demand.pod}: only {placed} of {replicas} replicas fit at once "
+                           f"({feasible[0].footprint.describe() if feasible[0].footprint else ''} each; "
+                           f"{len(feasible)} of {len(eligible)} eligible nodes have room now). "
+                           f"Use replicas: {placed} or fewer, lower the CPU request, or free capacity.",
+                           ranked, notes)
+    return Verdict(True, fitmod.FITS, "", ranked, notes)
+
+
+def _with_policy(demand: ModelDemand, policy: str) -> ModelDemand:
+    return replace(demand, resolved_policy=policy)
+
+
+def _simulate_replicas(demand: ModelDemand, eligible: Sequence[NodeLedger], cluster: ClusterState,
+                       replicas: int) -> int:
+    """How many copies fit at once, placed one by one on the best-scoring node as the extender would."""
+    scratch = [ledger.scratch(without=demand.identity) for ledger in eligible]
+    tpc, strategy = cluster.settings.mm_kubelet_threads_per_core, cluster.settings.scoring_strategy
+    for n in range(replicas):
+        results = [(fitmod.fit(demand, ledger, tpc, strategy), ledger) for ledger in scratch]
+        ok = [(r, ledger) for r, ledger in results if r.ok]
+        if not ok:
+            return n
+        best, ledger = min(ok, key=lambda item: (-item[0].score, item[0].node))
+        fitmod.place(ledger, f"replica-{n}", demand, tpc, strategy)
+    return replicas
+
+
+def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked: Sequence[fitmod.Fit],
+                    cluster: ClusterState) -> Verdict:
+    every = tuple(ranked)
+    # Nodes with too few NUMA nodes are beside the point once some node has enough.
+    ranked = [f for f in ranked if f.check != fitmod.TP_EXCEEDS_NUMA] or list(ranked)
+    by_node = {ledger.name: ledger for ledger in eligible}
+    eligible = [by_node[f.node] for f in ranked]
+    resolvable = [f for f in ranked if f.resolvable]
+    fp = next((f.footprint for f in ranked if f.footprint is not None), None)
+    asked = f"{demand.pod} needs {fp.describe()}" if fp else f"{demand.pod} (TP={demand.tp}, {demand.cpus} CPUs)"
+    if not resolvable:
+        first = ranked[0]
+        checks = {f.check for f in ranked}
+        if checks == {fitmod.FOOTPRINT_EXCEEDS_NODE} and fp is not None:
+            best = max(eligible, key=lambda ledger: _room_when_empty(ledger, demand))
+            room = _room_when_empty(best, demand)
+            advice = (f"Request at most cpu: {room} for TP={demand.tp}" if room > 0 else "Use a smaller model")
+            if demand.tp * 2 in VALID_TP and any(ledger.topology.numa_count >= demand.tp * 2 for ledger in eligible):
+                advice += f", or use tensor-parallel-size {demand.tp * 2} to spread over more NUMA nodes"
+            return Verdict(False, fitmod.FOOTPRINT_EXCEEDS_NODE,
+                           f"{asked}, more than any of the {len(eligible)} eligible node"
+                           f"{'s' if len(eligible) != 1 else ''} with ≥{demand.tp} NUMA nodes has even when empty "
+                           f"(largest: {best.name}, {max(best.capacity)} model cores per NUMA node). {advice}.",
+                           every)
+        detail = "; ".join(f.reason for f in ranked[:3]) + ("; …" if len(ranked) > 3 else "")
+        return Verdict(False, first.check, f"{asked}, and no eligible node can ever hold it: {detail}", every)
+    # It could fit an empty node: what is in the way is other pods.
+    top = sorted(resolvable, key=lambda f: -sum(by_node[f.node].free()))[:3]
+    free_text = "; ".join(f"{f.node}: {fitmod.fmt_free(by_node[f.node], by_node[f.node].free())}" for f in top)
+    largest = max(max(by_node[f.node].free()) for f in resolvable)
+    return Verdict(False, fitmod.INSUFFICIENT_FREE,
+                   f"{asked}; none of the {len(eligible)} eligible nodes has that free now (most free: {free_text}). "
+                   f"The largest free block is {largest} cores on one NUMA node. Scale down or delete another "
+                   "model on these nodes, lower the CPU request, or add capacity.",
+                   every)
+
+
+def _room_when_empty(ledger: NodeLedger, demand: ModelDemand) -> int:
+    """The largest CPU request of this demand's shape an empty node could hold."""
+    if ledger.topology.numa_count < demand.tp:
+        return 0
+    per_numa = sorted(ledger.capacity, reverse=True)[demand.tp - 1]
+    if demand.policy == "kubelet-static":
+        return sum(ledger.capacity) * ledger.threads_per_core
+    # Our balloon types hide hyperthreads: one requested CPU is one core.
+    return per_numa * demand.tp
+
+
+def short_warning(text: str) -> str:
+    return text if len(text) <= WARNING_LIMIT else text[: WARNING_LIMIT - 1] + "…"

@@ -1,0 +1,349 @@
+"""A node's CPUs: NUMA nodes -> physical cores -> SMT threads, the reserved cpuset and balloon types.
+
+The vocabulary follows kubelet's cpumanager/topology: a CPUSet of logical CPU ids, cores made of SMT
+threads, NUMA nodes made of cores. Everything here is an immutable value or a pure function.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from placement.quantity import QuantityError, cpu_milli
+
+# --------------------------------------------------------------------------------------------------
+# CPUSet
+
+
+class CPUSetError(ValueError):
+    pass
+
+
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class CPUSet:
+    """An immutable set of logical CPU ids that prints as a Linux cpuset list (`0-3,8,10-11`)."""
+
+    cpus: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, cpus: Iterable[int]) -> CPUSet:
+        return cls(frozenset(cpus))
+
+    @classmethod
+    def parse(cls, text: str) -> CPUSet:
+        if not text or not text.strip():
+            return cls()
+        cpus: set[int] = set()
+        for part in text.split(","):
+            match = _RANGE.match(part)
+            if not match:
+                raise CPUSetError(f"invalid cpuset {text!r}: {part.strip()!r} is not a CPU id or a range like 4-7")
+            lo = int(match.group(1))
+            hi = int(match.group(2)) if match.group(2) is not None else lo
+            if hi < lo:
+                raise CPUSetError(f"invalid cpuset {text!r}: range {lo}-{hi} runs backwards")
+            if hi > 65535:
+                raise CPUSetError(f"invalid cpuset {text!r}: CPU id {hi} is beyond any machine")
+            cpus.update(range(lo, hi + 1))
+        return cls(frozenset(cpus))
+
+    def __str__(self) -> str:
+        ids = sorted(self.cpus)
+        parts: list[str] = []
+        i = 0
+        while i < len(ids):
+            j = i
+            while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+                j += 1
+            parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+            i = j + 1
+        return ",".join(parts)
+
+    def __len__(self) -> int:
+        return len(self.cpus)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self.cpus))
+
+    def __contains__(self, cpu: object) -> bool:
+        return cpu in self.cpus
+
+    def __or__(self, other: CPUSet) -> CPUSet:
+        return CPUSet(self.cpus | other.cpus)
+
+    def __sub__(self, other: CPUSet) -> CPUSet:
+        return CPUSet(self.cpus - other.cpus)
+
+    def __and__(self, other: CPUSet) -> CPUSet:
+        return CPUSet(self.cpus & other.cpus)
+
+
+# --------------------------------------------------------------------------------------------------
+# Topology
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    id: int
+    threads: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NUMANode:
+    id: int
+    cores: tuple[Core, ...]
+
+    @property
+    def cpus(self) -> CPUSet:
+        return CPUSet.of(t for c in self.cores for t in c.threads)
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    numa_nodes: tuple[NUMANode, ...]
+    threads_per_core: int
+    source: str  # "nrt", "labels" or "single-numa": where the shape came from
+
+    @property
+    def numa_count(self) -> int:
+        return len(self.numa_nodes)
+
+    @property
+    def cpus(self) -> CPUSet:
+        return CPUSet.of(t for n in self.numa_nodes for c in n.cores for t in c.threads)
+
+    @property
+    def core_count(self) -> int:
+        return sum(len(n.cores) for n in self.numa_nodes)
+
+    def shape(self) -> tuple[tuple[int, ...], int]:
+        """What makes two nodes interchangeable for a cpuset list: cores per NUMA node and SMT width."""
+        return tuple(len(n.cores) for n in self.numa_nodes), self.threads_per_core
+
+
+def linux_layout(cores_per_numa: Iterable[int], threads_per_core: int, source: str) -> Topology:
+    """Lay cores out the way Linux enumerates Xeon CPUs: primaries first by NUMA node, then each
+    sibling level at +cores_total (`lscpu`: NUMA node0 CPU(s): 0-31,64-95)."""
+    counts = list(cores_per_numa)
+    total = sum(counts)
+    numa: list[NUMANode] = []
+    first = 0
+    for numa_id, count in enumerate(counts):
+        cores = tuple(
+            Core(core, tuple(core + level * total for level in range(threads_per_core)))
+            for core in range(first, first + count)
+        )
+        numa.append(NUMANode(numa_id, cores))
+        first += count
+    return Topology(tuple(numa), threads_per_core, source)
+
+
+_NUMA_ZONE = re.compile(r"^node-(\d+)$")
+
+
+def _label_bool(labels: Mapping[str, str], key: str) -> bool | None:
+    value = labels.get(key)
+    if value is None:
+        return None
+    return str(value).strip().lower() == "true"
+
+
+SMT_LABEL = "feature.node.kubernetes.io/cpu-hardware_multithreading"
+
+
+def node_topology(
+    node_name: str,
+    labels: Mapping[str, str],
+    capacity_cpu: object,
+    nrt: Mapping[str, Any] | None,
+    numa_count_label: str,
+    default_threads_per_core: int,
+) -> tuple[Topology, str]:
+    """A node's topology from the best source available, and a note saying which and why.
+
+    1. NodeResourceTopology `Node` zones `node-N` (cpu capacity per NUMA node);
+    2. the NUMA-count label with `status.capacity.cpu` and the SMT label;
+    3. one NUMA node.
+    """
+    smt = _label_bool(labels, SMT_LABEL)
+    # Xeon SMT is 2-way; without the NFD label we trust the cluster-wide setting.
+    tpc = default_threads_per_core if smt is None else (2 if smt else 1)
+    try:
+        total_cpus = cpu_milli(capacity_cpu) // 1000 if capacity_cpu is not None else 0
+    except QuantityError:
+        total_cpus = 0
+
+    zones = _nrt_numa_cpus(nrt) if nrt else {}
+    if zones:
+        ids = sorted(zones)
+        per_numa = [zones[i] // tpc for i in ids]
+        if all(per_numa):
+            return linux_layout(per_numa, tpc, "nrt"), f"{len(ids)} NUMA nodes from NodeResourceTopology"
+
+    numa_count = 0
+    raw = labels.get(numa_count_label)
+    if raw is not None:
+        try:
+            numa_count = int(str(raw).strip())
+        except ValueError:
+            numa_count = 0
+    if total_cpus > 0 and numa_count > 0:
+        cores_total = total_cpus // tpc
+        if cores_total >= numa_count:
+            base, extra = divmod(cores_total, numa_count)
+            per_numa = [base + (1 if i < extra else 0) for i in range(numa_count)]
+            return linux_layout(per_numa, tpc, "labels"), f"{numa_count} NUMA nodes from label {numa_count_label}"
+
+    cores_total = max(total_cpus // tpc, 0)
+    note = (
+        f"node {node_name}: no NodeResourceTopology and no {numa_count_label} label; "
+        f"assuming one NUMA node of {total_cpus} CPUs"
+    )
+    return linux_layout([cores_total], tpc, "single-numa"), note
+
+
+def _nrt_numa_cpus(nrt: Mapping[str, Any]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for zone in nrt.get("zones") or ():
+        if not isinstance(zone, Mapping) or zone.get("type") != "Node":
+            continue
+        match = _NUMA_ZONE.match(str(zone.get("name", "")))
+        if not match:
+            continue
+        for res in zone.get("resources") or ():
+            if isinstance(res, Mapping) and res.get("name") == "cpu":
+                try:
+                    out[int(match.group(1))] = cpu_milli(res.get("capacity")) // 1000
+                except QuantityError:
+                    pass
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Reserved CPUs
+
+
+def spread_reserved(topology: Topology, count: int) -> CPUSet:
+    """`count` CPUs spread evenly over NUMA nodes (lower ids take the remainder) and, within each,
+    balanced between primary threads and their siblings: 3 CPUs on a 2-way SMT NUMA node are the
+    primaries of its first two cores and the sibling of the first."""
+    count = max(0, min(count, len(topology.cpus)))
+    n = topology.numa_count
+    chosen: list[int] = []
+    for numa in topology.numa_nodes:
+        want = count // n + (1 if numa.id < count % n else 0)
+        want = min(want, sum(len(c.threads) for c in numa.cores))
+        cores_needed = math.ceil(want / topology.threads_per_core)
+        for level in range(topology.threads_per_core):
+            take = min(want, cores_needed)
+            chosen.extend(core.threads[level] for core in numa.cores[:take])
+            want -= take
+    return CPUSet.of(chosen)
+
+
+def profile_reserved(topology: Topology, profile: str) -> CPUSet:
+    from placement.config import PROFILE_RESERVED_CPUS
+
+    count = PROFILE_RESERVED_CPUS[profile]
+    if count is None:  # siblings: one physical core per NUMA node
+        count = topology.numa_count * topology.threads_per_core
+    return spread_reserved(topology, count)
+
+
+def reserved_from_spec(topology: Topology, spec: str) -> CPUSet:
+    """`spec.reservedResources.cpu` of a BalloonsPolicy: `cpuset:…`, `exclude-cpuset:…` or a quantity."""
+    text = str(spec).strip()
+    if text.startswith("cpuset:"):
+        return CPUSet.parse(text[len("cpuset:"):]) & topology.cpus
+    if text.startswith("exclude-cpuset:"):
+        return topology.cpus - CPUSet.parse(text[len("exclude-cpuset:"):])
+    # The plugin rounds a quantity up to whole CPUs.
+    return spread_reserved(topology, math.ceil(cpu_milli(text) / 1000))
+
+
+# --------------------------------------------------------------------------------------------------
+# Balloons policy
+
+
+@dataclass(frozen=True, slots=True)
+class BalloonType:
+    name: str
+    hide_hyperthreads: bool = False
+    min_cpus: int = 0
+    max_cpus: int = 0  # 0: no limit; negative: nothing of this type may run on the node
+    max_balloons: int = 0  # 0: unlimited
+
+
+@dataclass(frozen=True, slots=True)
+class BalloonsPolicy:
+    name: str
+    namespace: str
+    reserved_cpu: str | None
+    balloon_types: tuple[BalloonType, ...]
+    node_status: Mapping[str, str] = field(default_factory=dict)  # node -> "Success" | "Failure"
+
+    def balloon_type(self, name: str) -> BalloonType | None:
+        for btype in self.balloon_types:
+            if btype.name == name:
+                return btype
+        return None
+
+
+def _int(value: object, default: int = 0) -> int:
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
+
+
+def parse_balloons_policy(obj: Mapping[str, Any]) -> BalloonsPolicy:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    types = []
+    for item in spec.get("balloonTypes") or ():
+        if not isinstance(item, Mapping) or not item.get("name"):
+            continue
+        types.append(
+            BalloonType(
+                name=str(item["name"]),
+                hide_hyperthreads=bool(item.get("hideHyperthreads", False)),
+                min_cpus=_int(item.get("minCPUs")),
+                max_cpus=_int(item.get("maxCPUs")),
+                max_balloons=_int(item.get("maxBalloons")),
+            )
+        )
+    status: dict[str, str] = {}
+    for node, entry in ((obj.get("status") or {}).get("nodes") or {}).items():
+        if isinstance(entry, Mapping) and entry.get("status"):
+            status[str(node)] = str(entry["status"])
+    reserved = (spec.get("reservedResources") or {}).get("cpu")
+    return BalloonsPolicy(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        reserved_cpu=None if reserved is None else str(reserved),
+        balloon_types=tuple(types),
+        node_status=status,
+    )
+
+
+GROUP_LABEL = "config.nri/group"
+
+
+def policy_for_node(
+    policies: Iterable[BalloonsPolicy], node_name: str, labels: Mapping[str, str]
+) -> BalloonsPolicy | None:
+    """`node.<name>` > `group.<g>` (node label config.nri/group) > `default`. A node with the group
+    label does not fall back to `default`."""
+    by_name = {p.name: p for p in policies}
+    if f"node.{node_name}" in by_name:
+        return by_name[f"node.{node_name}"]
+    group = labels.get(GROUP_LABEL)
+    if group:
+        return by_name.get(f"group.{group}")
+    return by_name.get("default")

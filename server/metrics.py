@@ -1,0 +1,52 @@
+"""Prometheus metrics: one name per concept, bounded label values (no pod or node names)."""
+
+from __future__ import annotations
+
+from collections import Counter as _Tally
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from placement.cluster import ClusterState
+
+REQUESTS = Counter("model_placement_http_requests_total", "HTTP requests served",
+                   ["component", "route", "outcome"])
+LATENCY = Histogram("model_placement_http_request_duration_seconds", "HTTP request latency",
+                    ["component", "route"],
+                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+ADMISSION = Counter("model_placement_admission_decisions_total",
+                    "Admission decisions by webhook, resolved policy, decision and reason",
+                    ["webhook", "policy", "decision", "reason"])
+FILTER_NODES = Counter("model_placement_extender_filter_nodes_total",
+                       "Nodes judged by /filter, by outcome", ["outcome"])
+BIND = Counter("model_placement_extender_bind_total", "Bind results", ["result"])
+ASSUMED_EXPIRED = Counter("model_placement_assumed_pods_expired_total",
+                          "Assumed pods released because no binding was seen in time")
+SYNCED = Gauge("model_placement_cache_synced", "1 once the first full list of a kind is applied", ["kind"])
+WATCH_RESTARTS = Gauge("model_placement_watch_restarts", "Watch streams restarted, by kind", ["kind"])
+RELISTS = Gauge("model_placement_watch_relists", "Full relists (410 Gone, CRD appeared), by kind", ["kind"])
+FREE_CORES = Gauge("model_placement_free_model_cores", "Free model cores, by NUMA-count class of node",
+                   ["numa_nodes"])
+CAPACITY_CORES = Gauge("model_placement_model_cores", "Model core capacity, by NUMA-count class of node",
+                       ["numa_nodes"])
+NODES = Gauge("model_placement_nodes", "Nodes in the ledger, by NUMA-count class", ["numa_nodes"])
+CERT_NOT_AFTER = Gauge("model_placement_serving_certificate_not_after_seconds",
+                       "Expiry of the serving certificate new connections get (unix time)")
+
+_seen_classes: set[str] = set()
+
+
+def refresh_ledger_totals(cluster: ClusterState) -> None:
+    """Recomputed at scrape time: cheap next to a scrape interval, and never stale."""
+    free: _Tally[str] = _Tally()
+    cap: _Tally[str] = _Tally()
+    nodes: _Tally[str] = _Tally()
+    for ledger in cluster.ledgers():
+        cls = str(ledger.topology.numa_count)
+        free[cls] += sum(ledger.free())
+        cap[cls] += sum(ledger.capacity)
+        nodes[cls] += 1
+    for cls in _seen_classes | set(nodes):
+        FREE_CORES.labels(cls).set(free[cls])
+        CAPACITY_CORES.labels(cls).set(cap[cls])
+        NODES.labels(cls).set(nodes[cls])
+    _seen_classes.update(nodes)

@@ -1,0 +1,105 @@
+"""Start a server process: settings, cluster state and its source, TLS, routes, background loops."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from placement.cluster import ClusterState
+from placement.config import Settings
+from server import metrics
+from server.app import ADMISSION_BODY_LIMIT, EXTENDER_BODY_LIMIT, Runtime, base_app, serve
+
+log = logging.getLogger("model_placement.server")
+
+
+def build_app(runtime: Runtime, component: str) -> web.Application:
+    """`component` is webhook, extender or serve (both route sets in one app)."""
+    limit = max(ADMISSION_BODY_LIMIT, runtime.extender_body_limit)
+    app = base_app(runtime, component, client_max_size=limit)
+    if component in ("webhook", "serve"):
+        from webhook.routes import add_routes as add_webhook
+
+        add_webhook(app)
+    if component in ("extender", "serve"):
+        from extender.routes import add_routes as add_extender
+
+        add_extender(app)
+    return app
+
+
+async def _expire_assumed(runtime: Runtime, every: float) -> None:
+    while True:
+        await asyncio.sleep(every)
+        metrics.ASSUMED_EXPIRED.inc(len(runtime.cluster.expire_assumed()))
+
+
+async def _publish_source_metrics(runtime: Runtime, every: float = 5.0) -> None:
+    while True:
+        source = runtime.source
+        for kind, value in getattr(source, "relists", {}).items():
+            metrics.RELISTS.labels(kind).set(value)
+        for kind, value in getattr(source, "watch_restarts", {}).items():
+            metrics.WATCH_RESTARTS.labels(kind).set(value)
+        for kind in ("Node", "Pod", "BalloonsPolicy", "NodeResourceTopology"):
+            synced = kind in getattr(source, "synced_kinds", ()) if source is not None else True
+            metrics.SYNCED.labels(kind).set(1 if synced else 0)
+        await asyncio.sleep(every)
+
+
+def make_runtime(args: argparse.Namespace, settings: Settings) -> Runtime:
+    limit = args.extender_body_limit or EXTENDER_BODY_LIMIT
+    if args.kubeconfig or args.in_cluster:
+        from server.kubeapi import make_api_client
+
+        client = make_api_client(args.kubeconfig, args.in_cluster)
+        return Runtime(settings, ClusterState(settings), api_client=client, extender_body_limit=limit)
+    from server.cli import demo_text, load_objects
+
+    text = Path(args.cluster).read_text() if args.cluster else demo_text()
+    return Runtime(settings, ClusterState.from_objects(load_objects(text), settings), extender_body_limit=limit)
+
+
+async def run(args: argparse.Namespace, settings: Settings, stop: asyncio.Event | None = None) -> int:
+    component = args.command
+    tls: Any = None
+    if args.insecure_http:
+        if args.tls_cert or args.tls_key:
+            log.warning("--insecure-http given: ignoring --tls-cert/--tls-key")
+    else:
+        if not (args.tls_cert and args.tls_key):
+            log.error("TLS is required: give --tls-cert and --tls-key (or --insecure-http for plain HTTP)")
+            return 2
+        from certs import server_ssl_context
+
+        tls = server_ssl_context(args.tls_cert, args.tls_key, args.client_ca, interval=args.cert_check_seconds)
+        metrics.CERT_NOT_AFTER.set(tls.not_after.timestamp())
+    runtime = make_runtime(args, settings)
+    if runtime.api_client is not None:
+        from server.kubesource import KubeSource
+
+        runtime.source = KubeSource(runtime.cluster, runtime.api_client)
+        await runtime.source.start()
+    app = build_app(runtime, component)
+    if tls is not None:
+        await tls.start()
+    runtime.background += [
+        asyncio.create_task(_expire_assumed(runtime, max(1.0, settings.assume_ttl_seconds / 4))),
+        asyncio.create_task(_publish_source_metrics(runtime)),
+    ]
+    try:
+        await serve(app, args.host, args.port, tls.context if tls else None, stop=stop,
+                    drain_seconds=args.drain_seconds, shutdown_timeout=args.shutdown_grace_seconds)
+    finally:
+        for task in runtime.background:
+            task.cancel()
+        if tls is not None:
+            await tls.stop()
+        if runtime.source is not None:
+            await runtime.source.stop()
+    return 0
