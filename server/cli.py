@@ -80,7 +80,7 @@ def print_report_table(state: ClusterState, out: Any = sys.stdout) -> None:
         policy = f"{nri.policy.namespace}/{nri.policy.name}" if nri.policy else "no BalloonsPolicy"
         status = "" if nri.running else f", NRI {nri.status or 'absent'}"
         print(f"{ledger.name:<12} {ledger.topology.numa_count} NUMA × {len(ledger.topology.numa_nodes[0].cores) if ledger.topology.numa_nodes else 0} cores"
-              f" × {ledger.threads_per_core} threads (from {ledger.topology.source}); reserved from {ledger.reserved_source};"
+              f" × {ledger.threads_per_core} threads (from {ledger.topology.source}); reserved {ledger.reserved} from {ledger.reserved_source};"
               f" {policy}{status}; shared pool {ledger.shared_milli / 1000:g}/{ledger.shared_pool_cpus} CPUs requested"
               f"{f', {ledger.elastic_cores} model cores lent to it' if ledger.elastic_cores else ''}", file=out)
         for numa in ledger.topology.numa_nodes:

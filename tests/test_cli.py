@@ -1,0 +1,90 @@
+"""The command line an operator runs: report and render on the demo fleet and on a cluster file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_report_table_shows_every_node_and_numa_node() -> None:
+    out = run("report")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    for node in ("cpu-a1", "cpu-a2", "cpu-snc4", "cpu-nosmt", "cpu-icx", "cpu-b1", "cpu-full"):
+        assert node in text
+    assert "0-1,24-25,48-49,72-73,96,120,144,168" in text  # snc4's reserved set, spread and balanced
+    assert "mistral-7b-predictor-58d4c-fghij (vllm-balloon-tp2, 16)" in text
+    assert "2 model cores lent to it" in text  # cpu-full's fluentd outgrew the shared pool
+
+
+def test_report_json_carries_the_ledger() -> None:
+    out = run("report", "-o", "json")
+    nodes = {n["node"]: n for n in json.loads(out.stdout)}
+    snc4 = nodes["cpu-snc4"]
+    assert [n["free"] for n in snc4["numa"]] == [6, 6, 22, 22]
+    assert snc4["topology"] == {"source": "nrt", "numa_nodes": 4, "threads_per_core": 2, "cpus": 192}
+    assert nodes["cpu-b1"]["reserved"]["source"].startswith("BalloonsPolicy kube-system/node.cpu-b1")
+
+
+def test_render_admits_and_ranks_the_tp1_kserve_pod() -> None:
+    out = run("render", "examples/kserve-tp1-pod.yaml", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    [entry] = json.loads(out.stdout)
+    assert entry["verdict"]["allowed"] is True
+    ann = entry["mutated"]["metadata"]["annotations"]
+    assert ann["balloon.balloons.resource-policy.nri.io/container.kserve-container"] == "vllm-balloon-tp1"
+    assert ann["cpu-policy.model-manager.io/cpus"] == "32"
+    ranked = [r["node"] for r in entry["ranking"]]
+    assert "cpu-icx" not in ranked + [f["node"] for f in entry["filtered"]]  # no AMX: not even eligible
+    assert [f["node"] for f in entry["filtered"]] == ["cpu-full"]
+    assert entry["filtered"][0]["list"] == "FailedNodes"
+
+
+def test_render_refuses_the_tp4_pod_with_numbers_and_exit_code() -> None:
+    out = run("render", "examples/tp4-too-big.yaml")
+    assert out.returncode == 3
+    assert "REFUSED [footprint-exceeds-node]" in out.stdout
+    assert "4 NUMA nodes × 24 cores" in out.stdout and "22 model cores per NUMA node" in out.stdout
+    assert "Request at most cpu: 88" in out.stdout
+
+
+def test_render_deployment_and_kubelet_static(tmp_path: Path) -> None:
+    out = run("render", "examples/deployment-tp2.yaml", "-o", "json")
+    [entry] = json.loads(out.stdout)
+    assert entry["demand"]["tp"] == 2 and entry["demand"]["replicas"] == 2
+    tmpl = entry["mutated"]["spec"]["template"]
+    assert tmpl["metadata"]["annotations"]["balloon.balloons.resource-policy.nri.io/container.main"] == "vllm-balloon-tp2"
+    out = run("render", "examples/kubelet-static-pod.yaml", "-o", "json")
+    [entry] = json.loads(out.stdout)
+    containers = {c["name"]: c["resources"] for c in entry["mutated"]["spec"]["containers"]}
+    assert containers["main"]["limits"] == {"cpu": "16", "memory": "64Gi"} == containers["main"]["requests"]
+    assert containers["metrics-sidecar"]["limits"] == {"cpu": "250m", "memory": "128Mi"}
+
+
+def test_render_against_a_cluster_file(tmp_path: Path) -> None:
+    demo = yaml.safe_load((ROOT / "placement/demo/cluster.yaml").read_text())
+    # Only the SMT-off node: the TP=1 pod needs 16 cores and has 26 there.
+    keep = [o for o in demo["items"] if o["kind"] != "Node" or o["metadata"]["name"] == "cpu-nosmt"]
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": keep}))
+    out = run("render", "examples/kserve-tp1-pod.yaml", "--cluster", str(cluster), "-o", "json")
+    [entry] = json.loads(out.stdout)
+    assert [r["node"] for r in entry["ranking"]] == ["cpu-nosmt"]
+
+
+def test_bad_config_is_a_clear_startup_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("kubernetes_cpu_policy: fast\n")
+    out = run("report", "--config", str(cfg))
+    assert out.returncode == 2 and "kubernetes_cpu_policy='fast'" in out.stderr

@@ -1,0 +1,50 @@
+"""Settings: defaults < file < environment; a bad value names key, value and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from placement.config import ConfigError, load_settings
+
+
+def test_defaults_match_the_design_table() -> None:
+    s = load_settings(None, env={})
+    assert (s.kubernetes_cpu_policy, s.nri_enabled, s.preflight, s.nri_deployment_profile) == \
+        ("nri-balloons", True, "enforce", "standard")
+    assert (s.nri_balloon_prefix, s.mm_kubelet_threads_per_core, s.require_amx, s.scoring_strategy) == \
+        ("vllm-balloon-tp", 2, True, "MostAllocated")
+
+
+def test_environment_beats_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("kubernetes_cpu_policy: kubelet-static\npreflight: warn\nscheduler_name: mp\n")
+    s = load_settings(cfg, env={"MM_CPU_POLICY": "best-effort", "MM_KUBELET_THREADS_PER_CORE": "1"})
+    assert (s.kubernetes_cpu_policy, s.preflight, s.scheduler_name, s.mm_kubelet_threads_per_core) == \
+        ("best-effort", "warn", "mp", 1)
+    assert load_settings(cfg, env={"MM_NRI_SKIP_PREFLIGHT": "1"}).preflight == "skip"
+    assert load_settings(cfg, env={"MM_NRI_PREFLIGHT": "enforce"}).preflight == "enforce"
+    assert load_settings(None, env={"MM_NRI_ENABLED": "false"}).nri_enabled is False
+
+
+@pytest.mark.parametrize("text,words", [
+    ("kubernetes_cpu_policy: pinned\n", ["kubernetes_cpu_policy", "'pinned'", "nri-balloons", "kubelet-static"]),
+    ("mm_kubelet_threads_per_core: 0\n", ["mm_kubelet_threads_per_core", "0"]),
+    ("scoring_strategy: Random\n", ["scoring_strategy", "MostAllocated"]),
+    ("nri_reserved_cpu_list: 0-x\n", ["nri_reserved_cpu_list", "0-x"]),
+    ("nri_deplyment_profile: full\n", ["nri_deplyment_profile", "known keys"]),
+])
+def test_invalid_values_fail_naming_key_value_and_allowed(tmp_path: Path, text: str, words: list[str]) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg, env={})
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_invalid_environment_value_is_named_too() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, env={"MM_NRI_PREFLIGHT": "maybe"})
+    assert "preflight='maybe'" in str(err.value) and "enforce, warn, skip" in str(err.value)

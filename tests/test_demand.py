@@ -1,0 +1,109 @@
+"""Reading a model pod: detection, model container, TP from real vLLM command lines, footprints."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from placement.config import Settings
+from placement.demand import is_model_pod, pod_shared_cpu_milli, read_model_pod
+from placement.fit import footprint
+from tests.conftest import fixture_json
+
+
+def kserve_pod() -> dict:
+    return copy.deepcopy(fixture_json("admissionreview-v1-pod-create.json")["request"]["object"])
+
+
+def with_args(args: list[str], command: list[str] | None = None, annotations: dict | None = None) -> dict:
+    pod = kserve_pod()
+    pod["spec"]["containers"][0]["args"] = args
+    if command is not None:
+        pod["spec"]["containers"][0]["command"] = command
+    pod["metadata"]["annotations"] = annotations or {}
+    return pod
+
+
+@pytest.mark.parametrize("args,command,tp", [
+    (["--model", "/m", "--tensor-parallel-size", "2"], None, 2),
+    (["--model", "/m", "--tensor-parallel-size=4"], None, 4),
+    (["serve", "/m", "-tp", "8"], ["vllm"], 8),
+    (["--model", "/m"], None, 1),
+    # KServe's huggingfaceserver style: a shell script line
+    ([], ["/bin/sh", "-c", "python -m vllm.entrypoints.openai.api_server --model /m --tensor-parallel-size 2 --port 8080"], 2),
+    # argparse semantics: the last one wins
+    (["--tensor-parallel-size", "1", "--tensor-parallel-size", "2"], None, 2),
+])
+def test_tp_from_real_vllm_command_lines(args: list[str], command: list[str] | None, tp: int, settings: Settings) -> None:
+    demand = read_model_pod(with_args(args, command), settings)
+    assert demand.tp == tp and not demand.problems
+
+
+def test_tp_annotation_beats_args(settings: Settings) -> None:
+    pod = with_args(["--tensor-parallel-size", "1"], annotations={"model-manager.io/tensor-parallel-size": "2"})
+    assert read_model_pod(pod, settings).tp == 2
+
+
+@pytest.mark.parametrize("raw,words", [("3", "1, 2, 4 or 8"), ("0", "1, 2, 4 or 8"), ("two", "whole number")])
+def test_bad_tp_is_a_problem_the_user_can_read(raw: str, words: str, settings: Settings) -> None:
+    demand = read_model_pod(with_args(["--tensor-parallel-size", raw]), settings)
+    assert any(words in p for p in demand.problems)
+
+
+def test_model_container_choice(settings: Settings) -> None:
+    pod = kserve_pod()
+    sidecar = {"name": "agent", "resources": {"requests": {"cpu": "1"}}}
+    pod["spec"]["containers"].insert(0, sidecar)
+    assert read_model_pod(pod, settings).container == "main"
+    pod["spec"]["containers"][1]["name"] = "kserve-container"
+    assert read_model_pod(pod, settings).container == "kserve-container"
+    pod["metadata"]["annotations"] = {"model-manager.io/container": "agent"}
+    assert read_model_pod(pod, settings).container == "agent"
+    pod["metadata"]["annotations"] = {"model-manager.io/container": "nope"}
+    assert "names no container" in read_model_pod(pod, settings).problems[0]
+
+
+def test_model_pod_detection(settings: Settings) -> None:
+    assert is_model_pod({"serving.kserve.io/inferenceservice": "x"}, settings)
+    assert is_model_pod({"model-manager.io/model": "x"}, settings)
+    assert not is_model_pod({"app": "nginx"}, settings)
+    assert not is_model_pod(None, settings)
+
+
+@pytest.mark.parametrize("cpu,words", [("-3", "negative"), ("abc", "not a Kubernetes quantity")])
+def test_absurd_cpu_is_a_problem_not_a_crash(cpu: str, words: str, settings: Settings) -> None:
+    pod = kserve_pod()
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+    demand = read_model_pod(pod, settings)
+    assert demand.cpu_milli == 0 and any(words in p for p in demand.problems)
+
+
+def test_footprint_tp2_cpu16_hidden_hyperthreads_is_two_numa_nodes_of_8_cores(demo, settings: Settings) -> None:
+    pod = with_args(["--tensor-parallel-size", "2"])
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "16", "memory": "8Gi"}}
+    demand = read_model_pod(pod, settings)
+    fp = footprint(demand, demo.ledger("cpu-a1"), settings.mm_kubelet_threads_per_core)
+    assert (fp.numa_nodes, fp.cores_per_numa, fp.cores, fp.cpus) == (2, 8, 16, 32)
+    # SMT off: a core is one CPU.
+    fp = footprint(demand, demo.ledger("cpu-nosmt"), settings.mm_kubelet_threads_per_core)
+    assert (fp.numa_nodes, fp.cores_per_numa, fp.cpus) == (2, 8, 16)
+
+
+def test_kubelet_static_footprint_rounds_up_to_whole_cores(demo) -> None:
+    settings = Settings(kubernetes_cpu_policy="kubelet-static")
+    pod = kserve_pod()
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "15", "memory": "8Gi"}}
+    demand = read_model_pod(pod, settings)
+    fp = footprint(demand, demo.ledger("cpu-a1"), settings.mm_kubelet_threads_per_core)
+    assert (fp.cores, fp.cpus) == (8, 16)
+
+
+def test_shared_pool_request_follows_kubelet_effective_request() -> None:
+    spec = {"initContainers": [{"name": "init", "resources": {"requests": {"cpu": "4"}}},
+                               {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}}],
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}},
+                           {"name": "b", "resources": {"limits": {"cpu": "2"}}}]}
+    assert pod_shared_cpu_milli(spec) == 4000  # the init container's peak beats 1 + 2 + 0.5
+    spec["initContainers"][0]["resources"]["requests"]["cpu"] = "1"
+    assert pod_shared_cpu_milli(spec) == 3500
