@@ -1,0 +1,124 @@
+"""Kubernetes API access through the official client: configuration, auth and TLS from the client, bodies as raw JSON.
+
+The generated model classes are bypassed on purpose (``param_serialize`` + ``call_api`` give the urllib3 response
+unread, the ``_preload_content=False`` path): deserializing a pod list into models costs ~8x ``orjson.loads``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+import urllib3
+from kubernetes import client, config
+
+DEFAULT_TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
+
+
+class KubeApiError(Exception):
+    """A non-2xx answer from the apiserver, carrying its ``Status`` (code, reason, message) when it sent one."""
+
+    def __init__(self, status: int, reason: str, message: str, *, context: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        text = f"{status} {reason}: {message}" if message else f"{status} {reason}"
+        super().__init__(f"{context}: {text}" if context else text)
+
+    @classmethod
+    def from_response(cls, resp: urllib3.BaseHTTPResponse, body: bytes, *, context: str = "") -> KubeApiError:
+        reason, message = resp.reason or "", ""
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            message = body[:500].decode("utf-8", "replace").strip()
+        else:
+            if isinstance(doc, dict):
+                reason = doc.get("reason") or reason
+                message = doc.get("message") or ""
+        return cls(resp.status, reason, message, context=context)
+
+
+class BindError(KubeApiError):
+    """The apiserver refused a pod binding (409: already assigned / UID mismatch / being deleted; 404: no pod)."""
+
+
+def make_api_client(kubeconfig: str | None = None, in_cluster: bool = False, *, context: str | None = None) -> client.ApiClient:
+    """An ``ApiClient`` from a kubeconfig file (``None``: ``$KUBECONFIG`` or ``~/.kube/config``) or the pod's service account."""
+    cfg = client.Configuration()
+    if in_cluster:
+        config.load_incluster_config(client_configuration=cfg)
+    else:
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+    cfg.keep_alive = True  # TCP keepalive: notice a vanished apiserver on an idle watch
+    # four long-lived watches plus lists and binds share one pool
+    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, 16)
+    return client.ApiClient(cfg)
+
+
+def request(
+    api_client: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: dict[str, Any] | None = None,
+    body: Any = None,
+    timeout: float | tuple[float, float] | None = DEFAULT_TIMEOUT,
+) -> urllib3.BaseHTTPResponse:
+    """Send one request with the client's host, auth and TLS; return the urllib3 response unread, whatever its status.
+
+    The caller reads (or streams) the body and then calls ``release_conn()`` (fully read) or ``close()``.
+    """
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
+    serialized = api_client.param_serialize(
+        method=method, resource_path=path, query_params=params, header_params=headers, body=body,
+        auth_settings=["BearerToken"],
+    )
+    return api_client.call_api(*serialized, _request_timeout=timeout).response
+
+
+def _query_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def get_json(api_client: client.ApiClient, path: str, *, query: dict[str, Any] | None = None,
+             timeout: float | tuple[float, float] | None = DEFAULT_TIMEOUT) -> Any:
+    """GET ``path`` and return the parsed JSON; raise ``KubeApiError`` on a non-2xx answer."""
+    resp = request(api_client, "GET", path, query=query, timeout=timeout)
+    try:
+        data = resp.read()
+    finally:
+        resp.release_conn()
+    if not 200 <= resp.status < 300:
+        raise KubeApiError.from_response(resp, data, context=f"GET {path}")
+    return orjson.loads(data)
+
+
+def bind_pod(api_client: client.ApiClient, namespace: str, name: str, uid: str | None, node: str, *,
+             timeout: float | tuple[float, float] | None = DEFAULT_TIMEOUT) -> None:
+    """Bind a pod to a node (``POST pods/{name}/binding``), as kube-scheduler's DefaultBinder does.
+
+    ``uid`` (``metadata.uid`` of the Binding) is a precondition the apiserver checks, so a pod deleted and
+    re-created under the same name since it was scheduled is not bound by mistake. Blocking: from asyncio use
+    ``await asyncio.to_thread(bind_pod, ...)``. Raises ``BindError`` with the apiserver's message, e.g. 409
+    ``Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n"``.
+    """
+    meta: dict[str, str] = {"name": name, "namespace": namespace}
+    if uid:
+        meta["uid"] = uid
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+               "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
+    resp = request(api_client, "POST", path, body=binding, timeout=timeout)
+    try:
+        data = resp.read()
+    finally:
+        resp.release_conn()
+    if not 200 <= resp.status < 300:
+        raise BindError.from_response(resp, data, context=f"binding pod {namespace}/{name} to node {node} failed")
