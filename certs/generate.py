@@ -177,9 +177,11 @@ def make_serving_cert(
     days: int = 365,
     extra_sans: Iterable[str] = (),
 ) -> Issued:
-    """A serverAuth certificate for the Service's DNS names plus ``extra_sans`` (DNS names or IP addresses)."""
+    """A certificate for the Service's DNS names plus ``extra_sans`` (DNS names or IP addresses). It
+    carries clientAuth too: the secondary kube-scheduler presents the same Secret to the extender."""
     names = service_dns_names(service, namespace)
-    return _leaf(ca, names[2], days, [ExtendedKeyUsageOID.SERVER_AUTH], [*names, *extra_sans])
+    return _leaf(ca, names[2], days, [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+                 [*names, *extra_sans])
 
 
 def make_client_cert(ca: Issued, common_name: str, days: int = 365) -> Issued:

@@ -77,15 +77,6 @@ class ModelDemand:
         """Whole CPUs of the model container (a fractional request rounds up)."""
         return math.ceil(self.cpu_milli / 1000)
 
-    def footprint_cores(self, threads_per_core: int, hide_hyperthreads: bool) -> int:
-        """Physical cores the model needs on a node with this SMT width.
-
-        A balloon that hides hyperthreads gives the container one thread per core, so each
-        requested CPU costs a whole core; otherwise CPUs pack onto threads."""
-        if self.policy == "nri-balloons" and hide_hyperthreads:
-            return self.cpus
-        return math.ceil(self.cpus / threads_per_core)
-
     def kubelet_cpus(self, threads_per_core: int) -> int:
         """kubelet-static: the model container's CPUs rounded up to whole cores."""
         return round_up(self.cpus, threads_per_core)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
-from placement.demand import ModelDemand, ModelIdentity
+from placement.demand import ModelDemand, ModelIdentity, round_up
 from placement.ledger import Holding, NodeLedger
+from placement.topology import BalloonType
 
 EXCLUSIVE_POLICIES = ("nri-balloons", "kubelet-static")
 
@@ -64,23 +66,41 @@ def fmt_free(ledger: NodeLedger, free: tuple[int, ...]) -> str:
         + " free cores"
 
 
-def footprint(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int) -> Footprint:
+@lru_cache(maxsize=4096)
+def _footprint(policy: str, cpus: int, tp: int, balloon_type: str, node_tpc: int, hide: bool,
+               kubelet_tpc: int) -> Footprint:
+    # Memoised: a filter call asks this for one demand of hundreds of nodes of a few shapes.
+    if policy == "nri-balloons":
+        cores = cpus if hide else math.ceil(cpus / node_tpc)
+        per = math.ceil(cores / tp) if tp > 0 else cores
+        return Footprint(policy, tp, per, per * tp, per * tp * node_tpc, balloon_type, True)
+    if policy == "kubelet-static":
+        cores = math.ceil(round_up(cpus, kubelet_tpc) / node_tpc)
+        return Footprint(policy, 1, 0, cores, cores * node_tpc, None, True)
+    return Footprint(policy, 1, 0, 0, cpus, None, False)
+
+
+def _balloon_type(demand: ModelDemand, ledger: NodeLedger) -> BalloonType | None:
+    policy = ledger.nri.policy
+    return policy.balloon_type(demand.balloon_type) if policy is not None else None
+
+
+def footprint(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int,
+              btype: BalloonType | None = None) -> Footprint:
     """The demand's cost on this node. `threads_per_core` is the cluster's SMT width for kubelet-static
     rounding; the node's own width decides how many threads a core is."""
-    policy = demand.policy
-    tpc = ledger.threads_per_core
-    if policy == "nri-balloons":
-        btype = ledger.nri.policy.balloon_type(demand.balloon_type) if ledger.nri.policy else None
-        # Our own vllm types hide hyperthreads; an unknown type is refused before this matters.
-        hide = btype.hide_hyperthreads if btype is not None else True
-        cores = demand.footprint_cores(tpc, hide)
-        per = math.ceil(cores / demand.tp) if demand.tp > 0 else cores
-        return Footprint(policy, demand.tp, per, per * demand.tp, per * demand.tp * tpc, demand.balloon_type, True)
-    if policy == "kubelet-static":
-        cpus = demand.kubelet_cpus(threads_per_core)
-        cores = math.ceil(cpus / tpc)
-        return Footprint(policy, 1, 0, cores, cores * tpc, None, True)
-    return Footprint(policy, 1, 0, 0, demand.cpus, None, False)
+    if btype is None and demand.policy == "nri-balloons":
+        btype = _balloon_type(demand, ledger)
+    # Our own vllm types hide hyperthreads; an unknown type is refused before this matters.
+    hide = btype.hide_hyperthreads if btype is not None else True
+    return _footprint(demand.policy, demand.cpus, demand.tp, demand.balloon_type, ledger.threads_per_core, hide,
+                      threads_per_core)
+
+
+def nominal_footprint(demand: ModelDemand, threads_per_core: int, hide_hyperthreads: bool) -> Footprint:
+    """The footprint on a node of the cluster's usual SMT width: what the webhook annotates."""
+    return _footprint(demand.policy, demand.cpus, demand.tp, demand.balloon_type, threads_per_core,
+                      hide_hyperthreads, threads_per_core)
 
 
 def _refuse(node: str, check: str, reason: str, resolvable: bool, fp: Footprint | None = None) -> Fit:
@@ -93,28 +113,30 @@ def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy
     model's pods counts as free, so re-deploying or rolling a model is never refused because of its
     own old pods; the scheduler side counts what is held now."""
     node = ledger.name
-    numa_count = ledger.topology.numa_count
+    numa_count = len(ledger.capacity)
     if demand.tp > numa_count:
         return _refuse(node, TP_EXCEEDS_NUMA,
                        f"{demand.pod}: TP={demand.tp} needs {demand.tp} NUMA nodes; node {node} has {numa_count}",
                        False)
-    if demand.policy == "nri-balloons":
-        refusal = _nri_refusal(demand, ledger)
-        if refusal is not None:
-            return refusal
-    fp = footprint(demand, ledger, threads_per_core)
+    policy = demand.policy
+    btype = None
+    if policy == "nri-balloons":
+        btype = _balloon_type(demand, ledger)
+        if btype is None or not ledger.nri.running:
+            return _nri_refusal(demand, ledger)
+    fp = footprint(demand, ledger, threads_per_core, btype)
     if fp.exclusive and fp.cores == 0:
         return _refuse(node, NO_CPU, f"{demand.pod}: the model container requests no CPU", False, fp)
     own = demand.identity if own_free else None
     free = ledger.free(exclude=own)
-    if fp.policy == "nri-balloons":
-        return _fit_balloon(demand, ledger, fp, free, strategy, own)
-    if fp.policy == "kubelet-static":
+    if policy == "nri-balloons":
+        return _fit_balloon(demand, ledger, fp, free, strategy, own, btype)  # type: ignore[arg-type]
+    if policy == "kubelet-static":
         return _fit_static(demand, ledger, fp, free, strategy)
     return _fit_shared(demand, ledger, fp, free, strategy)
 
 
-def _nri_refusal(demand: ModelDemand, ledger: NodeLedger) -> Fit | None:
+def _nri_refusal(demand: ModelDemand, ledger: NodeLedger) -> Fit:
     node = ledger.name
     policy = ledger.nri.policy
     if policy is None:
@@ -126,82 +148,81 @@ def _nri_refusal(demand: ModelDemand, ledger: NodeLedger) -> Fit | None:
         return _refuse(node, NRI_NOT_RUNNING,
                        f"{demand.pod}: the NRI balloons plugin reports {ledger.nri.status} for node {node} in "
                        f"{where}, so it is not pinning CPUs there", False)
-    btype = policy.balloon_type(demand.balloon_type)
-    if btype is None:
-        known = ", ".join(t.name for t in policy.balloon_types) or "none"
-        return _refuse(node, BALLOON_TYPE_MISSING,
-                       f"{demand.pod}: balloon type {demand.balloon_type} is not defined in {where} "
-                       f"that applies to node {node} (types there: {known})", False)
-    return None
+    known = ", ".join(t.name for t in policy.balloon_types) or "none"
+    return _refuse(node, BALLOON_TYPE_MISSING,
+                   f"{demand.pod}: balloon type {demand.balloon_type} is not defined in {where} "
+                   f"that applies to node {node} (types there: {known})", False)
 
 
 def _score(ledger: NodeLedger, free_after: list[int], strategy: str) -> int:
-    total = sum(ledger.capacity)
+    total = ledger.capacity_total
     if total == 0:
         return 0
-    used = total - sum(free_after)
-    if strategy == "LeastAllocated":
-        value = (total - used) / total
-    elif strategy == "BalancedAllocation":
+    if strategy == "BalancedAllocation":
         fractions = [1 - f / c for f, c in zip(free_after, ledger.capacity) if c > 0]
         value = 1 - (max(fractions) - min(fractions)) if fractions else 0.0
-    else:  # MostAllocated: pack, so whole NUMA nodes stay free for large models
-        value = used / total
+    else:
+        used = total - sum(free_after)
+        # MostAllocated packs, so whole NUMA nodes stay free for large models.
+        value = (total - used) / total if strategy == "LeastAllocated" else used / total
     return max(0, min(10, math.floor(value * 10 + 0.5)))
 
 
+def _most_free(free: tuple[int, ...], count: int) -> list[int]:
+    """The `count` NUMA nodes with the most free cores, ties to the lowest id: the balloons allocator's choice."""
+    if count == 1:
+        best = max(free)
+        return [free.index(best)]
+    return sorted(range(len(free)), key=lambda i: (-free[i], i))[:count]
+
+
 def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, fp: Footprint, free: tuple[int, ...],
-                 strategy: str, own: ModelIdentity | None) -> Fit:
+                 strategy: str, own: ModelIdentity | None, btype: BalloonType) -> Fit:
     node = ledger.name
     per = fp.cores_per_numa
-    btype = ledger.nri.policy.balloon_type(demand.balloon_type) if ledger.nri.policy else None
-    if btype is not None and btype.max_cpus != 0 and fp.cpus > btype.max_cpus:
+    if btype.max_cpus != 0 and fp.cpus > btype.max_cpus:
         cap = "forbids this type on the node" if btype.max_cpus < 0 else f"caps it at maxCPUs={btype.max_cpus}"
         return _refuse(node, BALLOON_TYPE_CAPPED,
                        f"{demand.pod} needs {fp.describe()}; balloon type {btype.name} on node {node} {cap}",
                        False, fp)
-    roomy = sum(1 for cap in ledger.capacity if cap >= per)
-    if roomy < fp.numa_nodes:
+    if ledger.capacity_desc[fp.numa_nodes - 1] < per:
         return _refuse(node, FOOTPRINT_EXCEEDS_NODE,
-                       f"{demand.pod} needs {fp.describe()}; node {node} has at most {max(ledger.capacity, default=0)} "
+                       f"{demand.pod} needs {fp.describe()}; node {node} has at most {ledger.capacity_desc[0]} "
                        f"model cores per NUMA node even when empty ({len(ledger.reserved)} CPUs reserved)",
                        False, fp)
-    if btype is not None and btype.max_balloons > 0 \
-            and ledger.count_balloons(btype.name, exclude=own) >= btype.max_balloons:
+    if btype.max_balloons > 0 and ledger.count_balloons(btype.name, exclude=own) >= btype.max_balloons:
         return _refuse(node, MAX_BALLOONS,
                        f"{demand.pod}: node {node} already runs maxBalloons={btype.max_balloons} "
                        f"{btype.name} balloons", True, fp)
-    # As the balloons allocator would: the NUMA nodes with the most free cores, ties to the lowest id.
-    order = sorted(range(len(free)), key=lambda i: (-free[i], i))[: fp.numa_nodes]
-    if any(free[i] < per for i in order):
+    order = _most_free(free, fp.numa_nodes)
+    if free[order[-1]] < per:
         enough = sum(1 for f in free if f >= per)
         return _refuse(node, INSUFFICIENT_FREE,
                        f"{demand.pod} needs {fp.describe()}; node {node} has {fmt_free(ledger, free)} "
                        f"({enough} NUMA node{'s' if enough != 1 else ''} with ≥{per} free, {fp.numa_nodes} needed)",
                        True, fp)
-    chosen = tuple(sorted((i, per) for i in order))
     after = list(free)
-    for i, cores in chosen:
-        after[i] -= cores
+    for i in order:
+        after[i] -= per
+    chosen = tuple((i, per) for i in sorted(order))
     return Fit(node, True, FITS, "", True, chosen, _score(ledger, after, strategy), fp)
 
 
 def _fit_static(demand: ModelDemand, ledger: NodeLedger, fp: Footprint, free: tuple[int, ...],
                 strategy: str) -> Fit:
     node = ledger.name
-    if fp.cores > sum(ledger.capacity):
+    if fp.cores > ledger.capacity_total:
         return _refuse(node, FOOTPRINT_EXCEEDS_NODE,
-                       f"{demand.pod} needs {fp.describe()}; node {node} has {sum(ledger.capacity)} model cores "
+                       f"{demand.pod} needs {fp.describe()}; node {node} has {ledger.capacity_total} model cores "
                        f"even when empty ({len(ledger.reserved)} CPUs reserved)", False, fp)
     if fp.cores > sum(free):
         return _refuse(node, INSUFFICIENT_FREE,
                        f"{demand.pod} needs {fp.describe()}; node {node} has {fmt_free(ledger, free)} "
                        f"({sum(free)} in all)", True, fp)
-    order = sorted(range(len(free)), key=lambda i: (-free[i], i))
     # Topology Manager keeps it on one NUMA node when one can hold it; else the fewest NUMA nodes.
     remaining = fp.cores
     chosen: list[tuple[int, int]] = []
-    for i in order:
+    for i in _most_free(free, len(free)):
         if remaining == 0:
             break
         take = min(free[i], remaining)

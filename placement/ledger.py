@@ -63,6 +63,8 @@ class NodeLedger:
     labels: Mapping[str, str]
     nri: NodeNRI
     capacity: tuple[int, ...] = field(init=False)  # model cores per NUMA node
+    capacity_desc: tuple[int, ...] = field(init=False)  # the same, largest first
+    capacity_total: int = field(init=False)
     holdings: dict[str, Holding] = field(default_factory=dict)
     shared: dict[str, int] = field(default_factory=dict)  # uid -> shared-pool CPU request, millicores
     _held: list[int] = field(init=False)
@@ -75,6 +77,8 @@ class NodeLedger:
             sum(1 for core in numa.cores if not any(t in self.reserved for t in core.threads))
             for numa in self.topology.numa_nodes
         )
+        self.capacity_desc = tuple(sorted(self.capacity, reverse=True))
+        self.capacity_total = sum(self.capacity)
         self._held = [0] * self.topology.numa_count
 
     # -- what is free ------------------------------------------------------------------------------

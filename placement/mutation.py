@@ -10,10 +10,11 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from placement.cluster import ClusterState
+from placement.fit import nominal_footprint
 from placement.demand import (
     BALLOON_PREFIX, OUT_CPUS, OUT_REASON, OUT_TP, OUT_TYPE, ModelDemand, is_model_pod, read_model_pod, round_up,
 )
@@ -78,17 +79,12 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
     annotations[OUT_TP] = str(demand.tp)
 
     tpc = settings.mm_kubelet_threads_per_core
+    resolved = replace(demand, resolved_policy=resolution.policy)
     if resolution.policy == "nri-balloons":
         annotations[BALLOON_PREFIX + demand.container] = demand.balloon_type
-        hide = _hides_hyperthreads(demand, eligible)
-        cores = demand.cpus if hide else math.ceil(demand.cpus / tpc)
-        per_numa = math.ceil(cores / demand.tp) if demand.tp > 0 else cores
-        annotations[OUT_CPUS] = str(per_numa * max(demand.tp, 1) * tpc)
     elif resolution.policy == "kubelet-static":
         _make_guaranteed(spec, demand.container, tpc)
-        annotations[OUT_CPUS] = str(demand.kubelet_cpus(tpc))
-    else:
-        annotations[OUT_CPUS] = str(demand.cpus)
+    annotations[OUT_CPUS] = str(nominal_footprint(resolved, tpc, _hides_hyperthreads(demand, eligible)).cpus)
     return Mutation(out, demand, resolution, None)
 
 

@@ -287,12 +287,13 @@ class BalloonsPolicy:
     reserved_cpu: str | None
     balloon_types: tuple[BalloonType, ...]
     node_status: Mapping[str, str] = field(default_factory=dict)  # node -> "Success" | "Failure"
+    _by_name: Mapping[str, BalloonType] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {t.name: t for t in self.balloon_types})
 
     def balloon_type(self, name: str) -> BalloonType | None:
-        for btype in self.balloon_types:
-            if btype.name == name:
-                return btype
-        return None
+        return self._by_name.get(name)
 
 
 def _int(value: object, default: int = 0) -> int:

@@ -133,7 +133,9 @@ def test_generated_bundle(tmp_path: Path) -> None:
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
     assert ca.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign is True
     assert leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
-    assert ExtendedKeyUsageOID.SERVER_AUTH in leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    eku = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    # clientAuth as well: kube-scheduler presents this certificate to the extender (--client-ca).
+    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
 
     san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.DNSName) == [
