@@ -46,9 +46,9 @@ async def _publish_source_metrics(runtime: Runtime, every: float = 5.0) -> None:
             metrics.RELISTS.labels(kind).set(value)
         for kind, value in getattr(source, "watch_restarts", {}).items():
             metrics.WATCH_RESTARTS.labels(kind).set(value)
+        synced = set(source.synced_kinds()) if source is not None else None
         for kind in ("Node", "Pod", "BalloonsPolicy", "NodeResourceTopology"):
-            synced = kind in getattr(source, "synced_kinds", ()) if source is not None else True
-            metrics.SYNCED.labels(kind).set(1 if synced else 0)
+            metrics.SYNCED.labels(kind).set(1 if synced is None or kind in synced else 0)
         await asyncio.sleep(every)
 
 
@@ -84,7 +84,7 @@ async def run(args: argparse.Namespace, settings: Settings, stop: asyncio.Event 
         from server.kubesource import KubeSource
 
         runtime.source = KubeSource(runtime.cluster, runtime.api_client)
-        await runtime.source.start()
+        runtime.source.start()
     app = build_app(runtime, component)
     if tls is not None:
         await tls.start()
@@ -101,5 +101,5 @@ async def run(args: argparse.Namespace, settings: Settings, stop: asyncio.Event 
         if tls is not None:
             await tls.stop()
         if runtime.source is not None:
-            await runtime.source.stop()
+            await asyncio.to_thread(runtime.source.stop)
     return 0
