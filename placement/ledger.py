@@ -65,6 +65,7 @@ class NodeLedger:
     capacity: tuple[int, ...] = field(init=False)  # model cores per NUMA node
     capacity_desc: tuple[int, ...] = field(init=False)  # the same, largest first
     capacity_total: int = field(init=False)
+    shared_pool_cpus: int = field(init=False)  # logical CPUs outside model capacity: reserved + orphan siblings
     holdings: dict[str, Holding] = field(default_factory=dict)
     shared: dict[str, int] = field(default_factory=dict)  # uid -> shared-pool CPU request, millicores
     _held: list[int] = field(init=False)
@@ -79,6 +80,7 @@ class NodeLedger:
         )
         self.capacity_desc = tuple(sorted(self.capacity, reverse=True))
         self.capacity_total = sum(self.capacity)
+        self.shared_pool_cpus = len(self.topology.cpus) - self.capacity_total * self.topology.threads_per_core
         self._held = [0] * self.topology.numa_count
 
     # -- what is free ------------------------------------------------------------------------------
@@ -86,11 +88,6 @@ class NodeLedger:
     @property
     def threads_per_core(self) -> int:
         return self.topology.threads_per_core
-
-    @property
-    def shared_pool_cpus(self) -> int:
-        """Logical CPUs outside model capacity: the reserved set plus orphan siblings of reserved cores."""
-        return len(self.topology.cpus) - sum(self.capacity) * self.threads_per_core
 
     @property
     def shared_milli(self) -> int:
