@@ -7,6 +7,7 @@ change.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -162,16 +163,27 @@ def _with_policy(demand: ModelDemand, policy: str) -> ModelDemand:
 
 def _simulate_replicas(demand: ModelDemand, eligible: Sequence[NodeLedger], cluster: ClusterState,
                        replicas: int) -> int:
-    """How many copies fit at once, placed one by one on the best-scoring node as the extender would."""
-    scratch = [ledger.scratch(without=demand.identity) for ledger in eligible]
+    """How many copies fit at once, placed one by one on the best-scoring node as the extender would.
+    Placing a copy changes only its own node's answer, so only that node is asked again: a heap keeps
+    the best (score, name) on top, and the cost stays O((nodes + copies placed) · log nodes) however
+    large `replicas` is."""
+    scratch = {ledger.name: ledger.scratch(without=demand.identity) for ledger in eligible}
     tpc, strategy = cluster.settings.mm_kubelet_threads_per_core, cluster.settings.scoring_strategy
+    heap = []
+    for name, ledger in scratch.items():
+        result = fitmod.fit(demand, ledger, tpc, strategy)
+        if result.ok:
+            heap.append((-result.score, name))
+    heapq.heapify(heap)
     for n in range(replicas):
-        results = [(fitmod.fit(demand, ledger, tpc, strategy), ledger) for ledger in scratch]
-        ok = [(r, ledger) for r, ledger in results if r.ok]
-        if not ok:
+        if not heap:
             return n
-        best, ledger = min(ok, key=lambda item: (-item[0].score, item[0].node))
+        _, name = heapq.heappop(heap)
+        ledger = scratch[name]
         fitmod.place(ledger, f"replica-{n}", demand, tpc, strategy)
+        again = fitmod.fit(demand, ledger, tpc, strategy)
+        if again.ok:
+            heapq.heappush(heap, (-again.score, name))
     return replicas
 
 
