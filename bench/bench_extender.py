@@ -1,0 +1,363 @@
+"""Benchmark the scheduler extender over HTTP on loopback:  python bench/bench_extender.py [--quick]
+
+A synthetic fleet (5,000 nodes, 100,000 pods by default: 2, 4 and 8 NUMA nodes, SMT on and off, model
+pods of TP 1/2/4/8 running on them, a node group whose BalloonsPolicy lacks the TP=8 type, nodes whose
+NRI plugin reports Failure) is built with the real ClusterState in a server process, which serves the
+real extender app. This process sends what kube-scheduler sends, over one keep-alive connection, and
+prints p50/p99 round trips (and the server's own time, from its Server-Timing header) per case:
+
+- /filter with 500 candidate names (what kube-scheduler sends at 5,000 nodes) and with all 5,000;
+  every request is a pod the server has not seen (a new uid): nothing is cached for it;
+- /prioritize as kube-scheduler calls it, right after /filter with the nodes that passed, and cold;
+- /filter for a non-model pod;
+- /filter with a full NodeList of 500 nodes (nodeCacheCapable: false), against a bare stdlib
+  `json.loads` + `json.dumps` of the same body measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import http.client
+import json
+import logging
+import multiprocessing as mp
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+NUMA_LABEL = "feature.node.kubernetes.io/memory-numa.node_count"
+SMT_LABEL = "feature.node.kubernetes.io/cpu-hardware_multithreading"
+AMX_LABEL = "feature.node.kubernetes.io/cpu-security.amx.enabled"
+GROUP_LABEL = "config.nri/group"
+# (NUMA nodes, physical cores per NUMA node): 2-socket SPR/EMR, SNC-2/SNC-4, 8-NUMA 4-socket boxes
+SHAPES = ((2, 32), (2, 56), (2, 28), (4, 24), (4, 30), (8, 12), (8, 16))
+RESERVED = 8  # CPUs per node (BalloonsPolicy reservedResources.cpu)
+
+
+# -- the fleet ---------------------------------------------------------------------------------------
+
+def node_name(i: int) -> str:
+    return f"node-{i:05d}"
+
+
+def node_shape(i: int) -> tuple[int, int, bool]:
+    numa, cores = SHAPES[i % len(SHAPES)]
+    return numa, cores, i % 5 != 0  # every fifth node has SMT off
+
+
+def node_object(i: int, full: bool = False) -> dict[str, Any]:
+    """A Node as the apiserver returns it; `full` adds what a real kubelet reports (the NodeList case)."""
+    numa, cores, smt = node_shape(i)
+    cpus = numa * cores * (2 if smt else 1)
+    name = node_name(i)
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              NUMA_LABEL: str(numa), SMT_LABEL: "true" if smt else "false", AMX_LABEL: "true"}
+    if i % 10 == 3:
+        labels[GROUP_LABEL] = "small"
+    node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+                            "spec": {}, "status": {"capacity": {"cpu": str(cpus), "memory": "1024Gi", "pods": "250"},
+                                                   "allocatable": {"cpu": str(cpus), "memory": "1000Gi", "pods": "250"}}}
+    if full:
+        node["metadata"].update(uid=f"00000000-0000-4000-8000-{i:012d}", resourceVersion=str(1000 + i),
+                                creationTimestamp="2026-01-05T08:00:00Z",
+                                annotations={"node.alpha.kubernetes.io/ttl": "0",
+                                             "volumes.kubernetes.io/controller-managed-attach-detach": "true"})
+        node["spec"] = {"podCIDR": f"10.{i // 250}.{i % 250}.0/24", "podCIDRs": [f"10.{i // 250}.{i % 250}.0/24"]}
+        node["status"].update(
+            conditions=[{"type": t, "status": s, "reason": r, "message": m, "lastHeartbeatTime": "2026-01-05T09:00:00Z",
+                         "lastTransitionTime": "2026-01-05T08:01:00Z"}
+                        for t, s, r, m in (("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                                           ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                                           ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                                           ("Ready", "True", "KubeletReady", "kubelet is posting ready status"))],
+            addresses=[{"type": "InternalIP", "address": f"10.0.{i // 250}.{i % 250}"}, {"type": "Hostname", "address": name}],
+            daemonEndpoints={"kubeletEndpoint": {"Port": 10250}},
+            nodeInfo={"machineID": f"{i:032x}", "systemUUID": f"{i:08x}-0000-4000-8000-000000000000",
+                      "bootID": f"{i:08x}-1111-4000-8000-000000000000", "kernelVersion": "6.8.0-49-generic",
+                      "osImage": "Ubuntu 24.04.1 LTS", "containerRuntimeVersion": "containerd://1.7.22",
+                      "kubeletVersion": "v1.31.2", "kubeProxyVersion": "v1.31.2", "operatingSystem": "linux",
+                      "architecture": "amd64"},
+            images=[{"names": [f"registry.example.com/img-{k}@sha256:{'0' * 64}", f"registry.example.com/img-{k}:v1"],
+                     "sizeBytes": 100_000_000 + k} for k in range(8)])
+    return node
+
+
+def model_pod(name: str, uid: str, tp: int, cpus: int, node: str | None = None, model: str = "llama",
+              created: str = "2026-01-05T08:30:00Z") -> dict[str, Any]:
+    """A model pod as the webhook leaves it (annotations written, Guaranteed), as the apiserver returns it."""
+    pod: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "generateName": name.rsplit("-", 1)[0] + "-", "namespace": "llm", "uid": uid,
+                     "resourceVersion": "1", "creationTimestamp": created,
+                     "labels": {"model-manager.io/model": model, "pod-template-hash": "7d9f8c6b5"},
+                     "annotations": {"cpu-policy.model-manager.io/type": "nri-balloons",
+                                     "cpu-policy.model-manager.io/tensor-parallel-size": str(tp),
+                                     "cpu-policy.model-manager.io/cpus": str(cpus * 2),
+                                     "balloon.balloons.resource-policy.nri.io/container.main": f"vllm-balloon-tp{tp}"},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name.rsplit("-", 1)[0],
+                                          "uid": "ad0d3f5c-9ca8-4bbd-92e0-f660b23f82f1", "controller": True,
+                                          "blockOwnerDeletion": True}]},
+        "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai-cpu:v0.10.0",
+                                 "args": ["--model", "/mnt/models", "--dtype", "bfloat16", "--tensor-parallel-size", str(tp)],
+                                 "resources": {"requests": {"cpu": str(cpus), "memory": "64Gi"},
+                                               "limits": {"cpu": str(cpus), "memory": "64Gi"}}}],
+                 "schedulerName": "model-placement", "restartPolicy": "Always", "priority": 0,
+                 "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                                  "tolerationSeconds": 300}]},
+        "status": {"phase": "Pending" if node is None else "Running"},
+    }
+    if node is not None:
+        pod["spec"]["nodeName"] = node
+    return pod
+
+
+def plain_pod(name: str, uid: str, node: str | None, milli: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "apps", "uid": uid,
+                         "labels": {"app": name.rsplit("-", 2)[0]}, "creationTimestamp": "2026-01-05T08:10:00Z"},
+            "spec": {"containers": [{"name": "app", "image": "registry.example.com/app:1",
+                                     "resources": {"requests": {"cpu": f"{milli}m", "memory": "256Mi"}}}],
+                     **({"nodeName": node} if node else {})},
+            "status": {"phase": "Running" if node else "Pending"}}
+
+
+def balloons_policy(name: str, types: tuple[int, ...], nodes_status: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
+            "metadata": {"name": name, "namespace": "kube-system"},
+            "spec": {"reservedResources": {"cpu": str(RESERVED)}, "pinCPU": True, "pinMemory": True,
+                     "balloonTypes": [{"name": "reserved", "namespaces": ["kube-system"]}]
+                     + [{"name": f"vllm-balloon-tp{t}", "hideHyperthreads": True, "preferNewBalloons": True}
+                        for t in types]},
+            "status": {"nodes": {n: {"status": s, "generation": 1} for n, s in nodes_status.items()}}}
+
+
+def build_fleet(n_nodes: int, n_pods: int, seed: int = 7) -> list[dict[str, Any]]:
+    """Nodes, two BalloonsPolicies and pods: one in ten a model pod, placed only where it fits (as the
+    extender would have), the rest small shared-pool pods."""
+    rng = random.Random(seed)
+    objects: list[dict[str, Any]] = [node_object(i) for i in range(n_nodes)]
+    status = {node_name(i): ("Failure" if i % 97 == 5 else "Success") for i in range(n_nodes)}
+    small = {n: s for n, s in status.items() if int(n[5:]) % 10 == 3}
+    objects.append(balloons_policy("default", (1, 2, 4, 8), {n: s for n, s in status.items() if n not in small}))
+    objects.append(balloons_policy("group.small", (1, 2, 4), small))
+    free = []
+    for i in range(n_nodes):
+        numa, cores, _ = node_shape(i)
+        free.append([cores - 2] * numa)  # about what RESERVED CPUs leave on each NUMA node
+    for p in range(n_pods):
+        i = rng.randrange(n_nodes)
+        name = f"pod-{p:06d}"
+        if p % 10:
+            objects.append(plain_pod(f"svc-{p % 997}-7c9d8f6b5d-{p:06d}", f"uid-{p}", node_name(i), rng.choice((50, 100, 250))))
+            continue
+        numa = len(free[i])
+        tp = rng.choice([t for t in (1, 2, 4, 8) if t <= numa])
+        per = rng.choice((2, 4, 6, 8))
+        order = sorted(range(numa), key=lambda k: (-free[i][k], k))[:tp]
+        if any(free[i][k] < per for k in order):
+            continue
+        for k in order:
+            free[i][k] -= per
+        objects.append(model_pod(f"{name}-x", f"uid-{p}", tp, per * tp, node_name(i), model=f"model-{p % 40}",
+                                 created=f"2026-01-05T08:{(p // 6000) % 60:02d}:{(p // 100) % 60:02d}Z"))
+    return objects
+
+
+# -- the server process ---------------------------------------------------------------------------------
+
+def serve(n_nodes: int, n_pods: int, freeze: bool, conn: Any) -> None:
+    import asyncio
+
+    from aiohttp import web
+
+    from placement.cluster import ClusterState
+    from placement.config import Settings
+    from server.app import Runtime
+    from server.logs import JSONFormatter
+    from server.runner import build_app
+
+    handler = logging.StreamHandler(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
+    handler.setFormatter(JSONFormatter())
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(logging.INFO)
+    logging.getLogger("model_placement.cluster").setLevel(logging.ERROR)
+    started = time.perf_counter()
+    settings = Settings()
+    cluster = ClusterState.from_objects(build_fleet(n_nodes, n_pods), settings)
+    cluster.ledgers()  # the ledgers are built lazily; a synced server has built them
+    built = time.perf_counter() - started
+    if freeze:
+        gc.collect()
+        gc.freeze()  # the synced state is long-lived: keep the cyclic GC from walking it on every gen-2 pass
+
+    async def main() -> None:
+        runner = web.AppRunner(build_app(Runtime(settings, cluster), "extender"), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        conn.send((port, built, len(cluster.pods), sum(1 for r in cluster.pods.values() if r.model)))
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# -- the client ------------------------------------------------------------------------------------
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port)
+
+    def post(self, path: str, body: bytes) -> tuple[float, float, Any]:
+        started = time.perf_counter()
+        self.conn.request("POST", path, body, {"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        data = resp.read()
+        elapsed = (time.perf_counter() - started) * 1000
+        if resp.status != 200:
+            raise SystemExit(f"{path}: HTTP {resp.status}: {data[:300]!r}")
+        timing = resp.getheader("Server-Timing") or "app;dur=nan"
+        return elapsed, float(timing.split("dur=")[1]), json.loads(data)
+
+
+def pending_pod(rng: random.Random, serial: int, new_shape: bool = False) -> dict[str, Any]:
+    """A replica of one of 12 models (TP 1/2/4/8 x 4/8/16 CPUs per NUMA node); with `new_shape`, a
+    demand never asked before (its CPU request in millicores is unique), so no verdict is cached."""
+    tp = rng.choice((1, 1, 2, 2, 4, 8))
+    pod = model_pod(f"bench-{serial:06d}-x", f"bench-{serial}-{rng.random()}", tp, rng.choice((4, 8, 16)) * tp)
+    if new_shape:
+        cpu = f"{(rng.choice((4, 8, 16)) * tp - 1) * 1000 + 1 + serial % 999}m"
+        pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}
+    return pod
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def run(args: argparse.Namespace) -> int:
+    import orjson
+
+    ctx = mp.get_context("fork")
+    here, there = ctx.Pipe()
+    proc = ctx.Process(target=serve, args=(args.nodes, args.pods, not args.no_freeze, there), daemon=True)
+    t0 = time.perf_counter()
+    proc.start()
+    port, built, pods, model_pods = here.recv()
+    print(f"fleet: {args.nodes} nodes, {pods} pods ({model_pods} model pods); ClusterState + ledgers built in "
+          f"{built:.1f} s (server up after {time.perf_counter() - t0:.1f} s); gc.freeze: {not args.no_freeze}")
+    client = Client(port)
+    rng = random.Random(11)
+    names = [node_name(i) for i in range(args.nodes)]
+    rows: list[tuple[str, int, list[float], list[float], str, float | None]] = []
+    serial = 0
+
+    def case(label: str, n: int, goal: str, limit: float | None, make: Any, path: str = "/filter") -> dict[str, list[float]]:
+        nonlocal serial
+        rt: list[float] = []
+        server: list[float] = []
+        extra: dict[str, list[float]] = {"rt": rt, "server": server, "prio_rt": [], "prio_server": [], "passed": []}
+        for k in range(args.requests + args.warmup):
+            serial += 1
+            body, follow = make()
+            elapsed, srv, answer = client.post(path, body)
+            if k >= args.warmup:
+                rt.append(elapsed)
+                server.append(srv)
+            if follow is not None:  # kube-scheduler's prioritize: the nodes that passed, same pod
+                passed = answer["NodeNames"]
+                p_elapsed, p_srv, _ = client.post("/prioritize", follow(passed))
+                if k >= args.warmup:
+                    extra["prio_rt"].append(p_elapsed)
+                    extra["prio_server"].append(p_srv)
+                    extra["passed"].append(len(passed))
+        rows.append((label, n, rt, server, goal, limit))
+        return extra
+
+    for n in (500, args.nodes):
+        def make_filter(n: int = n) -> tuple[bytes, Any]:
+            pod = pending_pod(rng, serial)
+            cand = rng.sample(names, n) if n < len(names) else names
+            return (orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": cand}),
+                    lambda passed: orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": passed}))
+
+        def make_cold(n: int = n) -> tuple[bytes, Any]:
+            pod = pending_pod(rng, serial)
+            cand = rng.sample(names, n) if n < len(names) else names
+            return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": cand}), None
+
+        def make_new_shape(n: int = n) -> tuple[bytes, Any]:
+            pod = pending_pod(rng, serial, new_shape=True)
+            cand = rng.sample(names, n) if n < len(names) else names
+            return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": cand}), None
+
+        limit = 5.0 if n == 500 else 25.0
+        extra = case(f"/filter NodeNames, new pod each", n, f"p99 <= {limit:g} ms", limit, make_filter)
+        rows.append(("/prioritize after its /filter", n, extra["prio_rt"], extra["prio_server"],
+                     f"p99 <= {limit:g} ms (passed: {statistics.median(extra['passed']):.0f})", limit))
+        case("/prioritize, new pod", n, f"p99 <= {limit:g} ms", limit, make_cold, "/prioritize")
+        case("/filter, new demand (nothing cached)", n, "(no goal: first pod of a model)", None, make_new_shape)
+
+    def make_plain() -> tuple[bytes, Any]:
+        pod = plain_pod(f"web-7c9d8f6b5d-{serial:06d}", f"plain-{serial}", None, 250)
+        return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}), None
+
+    case("/filter non-model pod", args.nodes, "cheap", None, make_plain)
+
+    node_list = {"metadata": {"resourceVersion": "123456"}, "items": [node_object(i, full=True) for i in rng.sample(range(args.nodes), 500)]}
+    list_bodies = []
+    for _ in range(args.requests + args.warmup):
+        serial += 1
+        list_bodies.append(json.dumps({"Pod": pending_pod(rng, serial), "Nodes": node_list, "NodeNames": None}).encode())
+    it = iter(list_bodies)
+    extra = case("/filter NodeList (full Nodes)", 500, "<= 1.5x baseline", None, lambda: (next(it), None))
+    baseline = []
+    for body in list_bodies[args.warmup:]:
+        started = time.perf_counter()
+        json.dumps(json.loads(body))
+        baseline.append((time.perf_counter() - started) * 1000)
+    rows.append(("  baseline json.loads + json.dumps", 500, baseline, baseline, f"body {len(list_bodies[0]) / 1e6:.2f} MB", None))
+
+    print(f"\n{args.requests} requests per case (after {args.warmup} warm-up), one keep-alive connection; ms")
+    print(f"{'case':38} {'nodes':>5} {'p50':>7} {'p99':>7} {'server p50':>10} {'server p99':>10}  goal")
+    print("-" * 100)
+    ok = True
+    for label, n, rt, server, goal, limit in rows:
+        verdict = ""
+        if limit is not None:
+            verdict = "  ok" if pct(rt, 99) <= limit else "  MISSED"
+            ok &= pct(rt, 99) <= limit
+        print(f"{label:38} {n:>5} {pct(rt, 50):7.2f} {pct(rt, 99):7.2f} {pct(server, 50):10.2f} {pct(server, 99):10.2f}  {goal}{verdict}")
+    ratio_rt = pct(extra["rt"], 50) / pct(baseline, 50)
+    ratio_srv = pct(extra["server"], 50) / pct(baseline, 50)
+    print(f"\nNodeList of 500: round trip p50 {ratio_rt:.2f}x the bare json.loads + json.dumps p50 "
+          f"(server's own time {ratio_srv:.2f}x); goal <= 1.5x: {'ok' if ratio_rt <= 1.5 else 'MISSED'}")
+    ok &= ratio_rt <= 1.5
+    proc.kill()
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--no-freeze", action="store_true", help="do not gc.freeze() the synced state")
+    parser.add_argument("--quick", action="store_true", help="1,000 nodes, 20,000 pods, 100 requests")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.nodes, args.pods, args.requests = 1000, 20_000, 100
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

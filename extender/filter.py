@@ -1,0 +1,257 @@
+"""/filter: the candidate nodes where a model pod's footprint fits now, and why not the others.
+
+The answer for each node is the core's `cluster.fit`. Asked naively that is one fit per node per call,
+which at 5,000 nodes costs far more than a scheduling cycle can spend, so the `Judge` asks it once per
+demand and *class* of nodes. Nodes whose ledgers look the same to `fit` (capacity and free cores per
+NUMA node, SMT width, reserved size, NRI policy and its status, and the balloon count or shared-pool
+load when the demand depends on them) get the same verdict; pods asking the same (replicas of one
+model) get the same verdicts. `fit` uses the node's and the pod's names only in the text of its reason,
+so a class is judged under placeholder names that each node's and pod's own names then replace. The
+key holds everything else `fit` reads, so a verdict never goes stale: a changed node is a new key.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from placement import fit as fitmod
+from placement.cluster import ClusterState
+from placement.demand import ModelDemand, is_model_pod, pod_display_name, read_model_pod
+from placement.ledger import NodeLedger
+from server.app import BadRequest
+
+NODE = "\x00node\x00"  # placeholders: neither can occur in a Kubernetes name
+POD = "\x00pod\x00"
+MAX_PODS = 4096  # pods kept by uid: /bind needs the demand seen at /filter
+MAX_DEMANDS = 256  # distinct demands whose verdicts are kept
+MAX_MEMO_CLASSES = 50_000  # a demand asked for hours in a changing cluster starts over past this
+MAX_SHAPES = 100_000  # distinct node shapes before the shape table starts over
+MIN_SCORE, MAX_SCORE = 0, 10  # extender/v1 MinExtenderPriority, MaxExtenderPriority
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """A pod as the extender saw it at /filter or /prioritize."""
+
+    uid: str
+    namespace: str
+    name: str
+    display: str  # namespace/name for messages
+    resource_version: str
+    demand: ModelDemand | None  # None: not a model pod
+    key: ModelDemand | None = None  # the demand as `fit` sees it, without the pod's own names
+
+    @property
+    def unreadable(self) -> str | None:
+        """Why the pod cannot be placed whatever the node, when its spec is wrong."""
+        if self.demand is None or not self.demand.problems:
+            return None
+        return f"{self.display} cannot be placed until its spec is fixed: {'; '.join(self.demand.problems)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ok: bool
+    resolvable: bool  # could evicting pods make it fit? (FailedNodes vs FailedAndUnresolvableNodes)
+    score: int  # 0..10 when it fits, else 0
+    message: str  # with placeholders for the node's and the pod's names; empty when it fits
+
+
+class _Renamed:
+    """A ledger under another name: everything else is the ledger's own."""
+
+    __slots__ = ("_ledger", "name")
+
+    def __init__(self, ledger: NodeLedger, name: str) -> None:
+        self._ledger = ledger
+        self.name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._ledger, attr)
+
+
+def describe_demand(demand: ModelDemand) -> str:
+    text = f"{demand.policy}, TP={demand.tp}, {demand.cpus} CPUs"
+    return f"{text}, balloon {demand.balloon_type}" if demand.policy == "nri-balloons" else text
+
+
+def explain(demand: ModelDemand, fit: fitmod.Fit, ledger: NodeLedger, node: str) -> str:
+    """The refusal as users read it: the core's reason (it names the pod), completed with the demand
+    and the node's free cores per NUMA node when the reason does not already give them."""
+    extra = []
+    described = fit.footprint.describe() if fit.footprint is not None else describe_demand(demand)
+    if described not in fit.reason:
+        extra.append(f"needs {described}")
+    if "free cores" not in fit.reason:
+        extra.append(f"node {node} has {fitmod.fmt_free(ledger, ledger.free())}")
+    return f"{fit.reason} ({'; '.join(extra)})" if extra else fit.reason
+
+
+def unknown_node(ref: PodRef, node: str) -> str:
+    return f"{ref.display}: node {node} is not known to the extender (not in its cache yet, or deleted)"
+
+
+class Judge:
+    """Verdicts of `cluster.fit` for pods over candidate nodes, and the pods seen lately. Lives on the
+    event loop, like the cluster state it reads."""
+
+    def __init__(self, cluster: ClusterState) -> None:
+        self.cluster = cluster
+        self.settings = cluster.settings
+        self._pods: OrderedDict[str, PodRef] = OrderedDict()
+        self._memos: OrderedDict[ModelDemand, dict[tuple[Any, ...], Verdict]] = OrderedDict()
+        # node name -> (its ledger, shape id, balloon types with maxBalloons there)
+        self._nodes: dict[str, tuple[NodeLedger, int, frozenset[str]]] = {}
+        # shape -> (id, the policy: holding it keeps its id() from being reused while the shape is known)
+        self._shapes: dict[tuple[Any, ...], tuple[int, Any]] = {}
+
+    # -- pods ------------------------------------------------------------------------------------------
+
+    def read_pod(self, pod: Mapping[str, Any]) -> PodRef:
+        """The pod of ExtenderArgs. A non-model pod costs its labels; a model pod is read once per
+        resourceVersion."""
+        meta = pod.get("metadata")
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, dict):
+            raise BadRequest("ExtenderArgs.Pod.metadata must be an object")
+        labels = meta.get("labels")
+        if labels is not None and not isinstance(labels, dict):
+            raise BadRequest("ExtenderArgs.Pod.metadata.labels must be an object")
+        uid = str(meta.get("uid") or "")
+        rv = str(meta.get("resourceVersion") or "")
+        cached = self._pods.get(uid) if uid else None
+        if cached is not None and cached.resource_version == rv:
+            self._pods.move_to_end(uid)
+            return cached
+        demand = None
+        if is_model_pod(labels, self.settings):
+            try:
+                demand = read_model_pod(pod, self.settings)
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise BadRequest(f"ExtenderArgs.Pod is not a readable v1.Pod: {exc}") from None
+        namespace = str(meta.get("namespace") or "default")
+        ref = self.ref(uid, namespace, str(meta.get("name") or ""), pod_display_name(pod), rv, demand)
+        if uid:
+            self.remember(ref)
+        return ref
+
+    @staticmethod
+    def ref(uid: str, namespace: str, name: str, display: str, rv: str, demand: ModelDemand | None) -> PodRef:
+        # `fit` reads the pod's name (for its text) and the model's identity (only for admission's
+        # own-pods-count-as-free): without them, replicas of a model share their verdicts.
+        key = replace(demand, pod=POD, identity=None) if demand is not None else None
+        return PodRef(uid, namespace, name, display, rv, demand, key)
+
+    def remember(self, ref: PodRef) -> None:
+        self._pods[ref.uid] = ref
+        self._pods.move_to_end(ref.uid)
+        while len(self._pods) > MAX_PODS:
+            self._pods.popitem(last=False)
+
+    def seen(self, uid: str) -> PodRef | None:
+        return self._pods.get(uid)
+
+    # -- verdicts --------------------------------------------------------------------------------------
+
+    def _memo(self, key: ModelDemand) -> dict[tuple[Any, ...], Verdict]:
+        memo = self._memos.get(key)
+        if memo is not None and len(memo) < MAX_MEMO_CLASSES:
+            self._memos.move_to_end(key)
+            return memo
+        memo = self._memos[key] = {}
+        while len(self._memos) > MAX_DEMANDS:
+            self._memos.popitem(last=False)
+        return memo
+
+    def _see(self, ledger: NodeLedger) -> tuple[NodeLedger, int, frozenset[str]]:
+        """A node met for the first time, or rebuilt: what `fit` reads of it that only a rebuild changes,
+        as a small id, and the balloon types that have a maxBalloons there."""
+        nri = ledger.nri
+        policy = nri.policy
+        shape = (ledger.capacity, ledger.threads_per_core, id(policy), nri.status, len(ledger.reserved),
+                 ledger.shared_pool_cpus)
+        known = self._shapes.get(shape)
+        if known is None:
+            if len(self._shapes) >= MAX_SHAPES:
+                self._shapes.clear()
+                self._nodes.clear()
+                self._memos.clear()
+            known = self._shapes[shape] = (len(self._shapes), policy)
+        capped = frozenset(t.name for t in policy.balloon_types if t.max_balloons > 0) if policy else frozenset()
+        entry = self._nodes[ledger.name] = (ledger, known[0], capped)
+        return entry
+
+    def _judge(self, key: ModelDemand, ledger: NodeLedger) -> Verdict:
+        fit = self.cluster.fit(key, _Renamed(ledger, NODE))  # type: ignore[arg-type]
+        if fit.ok:
+            return Verdict(True, True, max(MIN_SCORE, min(MAX_SCORE, fit.score)), "")
+        return Verdict(False, fit.resolvable, MIN_SCORE, explain(key, fit, ledger, NODE))
+
+    def verdicts(self, ref: PodRef, names: list[str]) -> list[Verdict | None]:
+        """One verdict per name (None: a node the ledger does not know), for a model pod. The hot loop of
+        the extender: per node, its ledger, a key of what `fit` reads, and the verdict for that key."""
+        key = ref.key
+        assert key is not None
+        memo = self._memo(key)
+        ledger_of = self.cluster.ledger
+        nodes = self._nodes
+        balloon = key.balloon_type if key.policy == "nri-balloons" else None
+        shared = key.policy not in fitmod.EXCLUSIVE_POLICIES
+        out: list[Verdict | None] = []
+        append = out.append
+        for name in names:
+            ledger = ledger_of(name)
+            if ledger is None:
+                append(None)
+                continue
+            seen = nodes.get(name)
+            if seen is None or seen[0] is not ledger:
+                seen = self._see(ledger)
+            cls: tuple[Any, ...] = (seen[1], ledger.free())
+            if balloon is not None and balloon in seen[2]:
+                cls += (ledger.count_balloons(balloon),)
+            elif shared:
+                cls += (ledger.shared_milli,)
+            verdict = memo.get(cls)
+            if verdict is None:
+                verdict = memo[cls] = self._judge(key, ledger)
+            append(verdict)
+        return out
+
+
+@dataclass(slots=True)
+class Filtered:
+    passed: list[str]
+    failed: dict[str, str]  # FailedNodes: evicting pods could help
+    unresolvable: dict[str, str]  # FailedAndUnresolvableNodes: nothing the scheduler can do helps
+    decision: str
+
+
+def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
+    if ref.demand is None:
+        return Filtered(list(names), {}, {}, "not-a-model-pod")
+    why = ref.unreadable
+    if why is not None:
+        # Unschedulable with this message on every node (the user sees it in the pod's events, and
+        # no preemption is tried), rather than an Error that fails every attempt with backoff.
+        return Filtered([], {}, dict.fromkeys(names, why), "unreadable-pod")
+    pod = ref.display
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    texts: dict[int, str] = {}  # id(verdict) -> its message with this pod's name in
+    for name, verdict in zip(names, judge.verdicts(ref, names)):
+        if verdict is None:
+            unresolvable[name] = unknown_node(ref, name)
+        elif verdict.ok:
+            passed.append(name)
+        else:
+            text = texts.get(id(verdict))
+            if text is None:
+                text = texts[id(verdict)] = verdict.message.replace(POD, pod)
+            (failed if verdict.resolvable else unresolvable)[name] = text.replace(NODE, name)
+    return Filtered(passed, failed, unresolvable, "fits" if passed else "fits-nowhere")

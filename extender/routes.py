@@ -1,0 +1,136 @@
+"""The extender's HTTP routes: POST /filter, /prioritize, /bind (kube-scheduler's wire format) and
+GET /debug/nodes[/NAME] (the ledger as JSON).
+
+kube-scheduler treats any status but 200 as a failed call and does not read the body, so its log says
+only "failed filter with extender at URL …, code 400": the reason of a 400 is in *our* log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from itertools import chain, islice
+from typing import Any
+
+from aiohttp import web
+
+from extender import wire
+from extender.bind import bind
+from extender.filter import Judge, PodRef, describe_demand, filter_nodes
+from extender.score import prioritize
+from server import metrics
+from server.app import RUNTIME, BadRequest, json_response, read_json
+
+log = logging.getLogger("model_placement.extender")
+
+JUDGE: web.AppKey[Judge] = web.AppKey("extender_judge", Judge)
+FIRST_REASONS = 3
+
+_PASSED = metrics.FILTER_NODES.labels("passed")
+_FAILED = metrics.FILTER_NODES.labels("failed")
+_UNRESOLVABLE = metrics.FILTER_NODES.labels("unresolvable")
+
+
+def add_routes(app: web.Application) -> None:
+    app[JUDGE] = Judge(app[RUNTIME].cluster)
+    app.router.add_post("/filter", handle_filter)
+    app.router.add_post("/prioritize", handle_prioritize)
+    app.router.add_post("/bind", handle_bind)
+    app.router.add_get("/debug/nodes", debug_nodes)
+    app.router.add_get("/debug/nodes/{name}", debug_node)
+
+
+def _judge(request: web.Request) -> Judge:
+    judge = request.app[JUDGE]
+    cluster = request.app[RUNTIME].cluster
+    if judge.cluster is not cluster:  # the runtime was given new state: start over
+        judge = request.app[JUDGE] = Judge(cluster)
+    return judge
+
+
+async def _read(request: web.Request, verb: str, parse: Any) -> Any:
+    try:
+        return parse(await read_json(request, request.app[RUNTIME].extender_body_limit))
+    except BadRequest as exc:
+        log.warning("bad request", extra={"verb": verb, "error": str(exc), "path": request.path})
+        raise
+
+
+async def _read_args(request: web.Request, verb: str, judge: Judge) -> tuple[wire.ExtenderArgs, PodRef]:
+    def parse(body: Any) -> tuple[wire.ExtenderArgs, PodRef]:
+        args = wire.parse_args(body)
+        return args, judge.read_pod(args.pod)
+
+    return await _read(request, verb, parse)  # type: ignore[no-any-return]
+
+
+def _respond(payload: Any, started: float) -> tuple[web.Response, float]:
+    response = json_response(payload)
+    ms = (time.perf_counter() - started) * 1000
+    response.headers["Server-Timing"] = f"app;dur={ms:.3f}"
+    return response, ms
+
+
+async def handle_filter(request: web.Request) -> web.Response:
+    started = time.perf_counter()
+    judge = _judge(request)
+    args, ref = await _read_args(request, "filter", judge)
+    out = filter_nodes(judge, ref, args.names)
+    response, ms = _respond(wire.filter_result(args, out.passed, out.failed, out.unresolvable), started)
+    _PASSED.inc(len(out.passed))
+    _FAILED.inc(len(out.failed))
+    _UNRESOLVABLE.inc(len(out.unresolvable))
+    first = [f"{node}: {why}" for node, why in islice(chain(out.unresolvable.items(), out.failed.items()),
+                                                     FIRST_REASONS)]
+    log.info("filter", extra={
+        "verb": "filter", "pod": ref.display, "nodes_in": len(args.names), "nodes_out": len(out.passed),
+        "first_reasons": first or None, "decision": out.decision, "duration_ms": round(ms, 3),
+        "demand": describe_demand(ref.demand) if ref.demand is not None else None})
+    if log.isEnabledFor(logging.DEBUG):
+        for outcome, reasons in (("FailedAndUnresolvableNodes", out.unresolvable), ("FailedNodes", out.failed)):
+            for node, why in reasons.items():
+                log.debug("filtered out", extra={"verb": "filter", "pod": ref.display, "node": node,
+                                                 "decision": outcome, "reason": why})
+    return response
+
+
+async def handle_prioritize(request: web.Request) -> web.Response:
+    started = time.perf_counter()
+    judge = _judge(request)
+    args, ref = await _read_args(request, "prioritize", judge)
+    scores = prioritize(judge, ref, args.names)
+    response, ms = _respond(wire.host_priorities(args.names, scores), started)
+    best = sorted(zip(scores, args.names), key=lambda p: -p[0])[:FIRST_REASONS] if ref.demand is not None else []
+    log.info("prioritize", extra={
+        "verb": "prioritize", "pod": ref.display, "nodes_in": len(args.names),
+        "nodes_out": sum(1 for s in scores if s > 0), "first_reasons": [f"{n}={s}" for s, n in best] or None,
+        "decision": "scored" if ref.demand is not None else "not-a-model-pod", "duration_ms": round(ms, 3)})
+    return response
+
+
+async def handle_bind(request: web.Request) -> web.Response:
+    started = time.perf_counter()
+    runtime = request.app[RUNTIME]
+    args = await _read(request, "bind", wire.parse_bind_args)
+    outcome = await bind(runtime, _judge(request), args)
+    response, ms = _respond(wire.bind_result(outcome.error), started)
+    metrics.BIND.labels(outcome.result).inc()
+    level = logging.WARNING if outcome.error else logging.INFO
+    log.log(level, "bind", extra={
+        "verb": "bind", "pod": args.pod, "uid": args.uid, "node": args.node, "decision": outcome.result,
+        "error": outcome.error or None, "duration_ms": round(ms, 3)})
+    return response
+
+
+async def debug_nodes(request: web.Request) -> web.Response:
+    cluster = request.app[RUNTIME].cluster
+    return json_response({"nodes": [ledger.to_json() for ledger in cluster.ledgers()]})
+
+
+async def debug_node(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    ledger = request.app[RUNTIME].cluster.ledger(name)
+    if ledger is None:
+        return json_response({"error": f"node {name} is not known to the extender"}, status=404)
+    return json_response(ledger.to_json())
+

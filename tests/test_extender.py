@@ -1,0 +1,489 @@
+"""The scheduler extender over TLS, as kube-scheduler calls it: the exact JSON it sends (both
+`nodeCacheCapable` forms, built from the Go types of k8s.io/kube-scheduler/extender/v1), the shape of
+every answer key by key, FailedNodes vs FailedAndUnresolvableNodes, malformed bodies, /bind and the race
+it exists to prevent, /debug/nodes and the one log line per call."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from placement.cluster import ClusterState
+from placement.config import Settings
+from server import metrics
+from server.app import Runtime
+from tests.conftest import fixture_json
+from tests.support.servers import Served, serving
+
+FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+DEMO_NODES = ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-nosmt", "cpu-snc4"]
+TP_ANN = "cpu-policy.model-manager.io/tensor-parallel-size"
+BALLOON_ANN = "balloon.balloons.resource-policy.nri.io/container.main"
+
+Obj = dict[str, Any]
+
+
+def go_json(value: Any) -> str:
+    """What Go's json.Marshal writes for our test values: compact, field order as declared."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def args_nodecache(pod: Obj, names: list[str]) -> bytes:
+    """ExtenderArgs with nodeCacheCapable: true. No json tags: PascalCase keys, nil *NodeList is null."""
+    return f'{{"Pod":{go_json(pod)},"Nodes":null,"NodeNames":{go_json(names)}}}'.encode()
+
+
+def args_nodelist(pod: Obj, nodes: list[Obj]) -> bytes:
+    """ExtenderArgs with nodeCacheCapable: false: a v1.NodeList of full Node objects, nil NodeNames is null."""
+    return f'{{"Pod":{go_json(pod)},"Nodes":{go_json({"metadata": {}, "items": nodes})},"NodeNames":null}}'.encode()
+
+
+def bind_args(pod: Obj, node: str) -> bytes:
+    meta = pod["metadata"]
+    return (f'{{"PodName":{go_json(meta["name"])},"PodNamespace":{go_json(meta["namespace"])},'
+            f'"PodUID":{go_json(meta["uid"])},"Node":{go_json(node)}}}').encode()
+
+
+def model_pod(name: str = "qwen3-0-6b-predictor-7d9f8c6b5-x2k9q", *, tp: int = 1, cpus: int = 8,
+              balloon: str | None = None, uid: str | None = None, **annotations: str) -> Obj:
+    """The fixture's KServe predictor pod (as the webhook left it), with its name, TP and CPUs changed."""
+    pod = copy.deepcopy(fixture_json("extender-args-nodecache.json")["Pod"])
+    meta = pod["metadata"]
+    meta["name"] = name
+    meta["uid"] = uid or f"uid-{name}"
+    meta["annotations"][TP_ANN] = str(tp)
+    meta["annotations"][BALLOON_ANN] = balloon or f"vllm-balloon-tp{tp}"
+    meta["annotations"].update(annotations)
+    main = pod["spec"]["containers"][0]
+    main["resources"] = {"requests": {"cpu": str(cpus), "memory": "64Gi"}, "limits": {"cpu": str(cpus), "memory": "64Gi"}}
+    return pod
+
+
+def plain_pod(name: str = "web-5d8f7c6b9-abcde") -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "shop", "uid": f"uid-{name}", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "500m"}}}]},
+            "status": {}}
+
+
+def demo_nodes(objects: list[Obj]) -> list[Obj]:
+    return [o for o in objects if o["kind"] == "Node"]
+
+
+class Ext:
+    """Our extender app over TLS, and the calls kube-scheduler makes."""
+
+    def __init__(self, served: Served, session: aiohttp.ClientSession) -> None:
+        self.served = served
+        self.session = session
+
+    @property
+    def cluster(self) -> ClusterState:
+        return self.served.runtime.cluster
+
+    async def raw(self, path: str, body: bytes, content_type: str | None = "application/json",
+                  method: str = "POST") -> tuple[int, Any]:
+        headers = {"Content-Type": content_type} if content_type else {}
+        async with self.session.request(method, self.served.url + path, data=body, headers=headers,
+                                        **self.served.request_kwargs()) as resp:  # type: ignore[arg-type]
+            assert resp.content_type == "application/json"
+            return resp.status, json.loads(await resp.read())
+
+    async def ok(self, path: str, body: bytes) -> Any:
+        status, answer = await self.raw(path, body)
+        assert status == 200, answer
+        return answer
+
+    async def filter(self, pod: Obj, names: list[str]) -> Obj:
+        return await self.ok("/filter", args_nodecache(pod, names))  # type: ignore[no-any-return]
+
+    async def prioritize(self, pod: Obj, names: list[str]) -> list[Obj]:
+        return await self.ok("/prioritize", args_nodecache(pod, names))  # type: ignore[no-any-return]
+
+    async def bind(self, pod: Obj, node: str) -> str:
+        answer = await self.ok("/bind", bind_args(pod, node))
+        assert list(answer) == ["Error"]
+        return answer["Error"]  # type: ignore[no-any-return]
+
+    async def get(self, path: str) -> tuple[int, Any]:
+        return await self.raw(path, b"", None, "GET")
+
+
+MakeExt = Callable[..., Any]
+
+
+@pytest.fixture
+async def make_ext(tmp_path: Path) -> AsyncIterator[MakeExt]:
+    stack: list[Any] = []
+
+    async def make(objects: list[Obj], settings: Settings | None = None, **runtime_kw: Any) -> Ext:
+        settings = settings or Settings()
+        runtime = Runtime(settings, ClusterState.from_objects(objects, settings), **runtime_kw)
+        cm = serving(runtime, "extender", tmp_path / f"srv{len(stack)}")
+        served = await cm.__aenter__()
+        session = aiohttp.ClientSession()
+        stack.append((cm, session))
+        return Ext(served, session)
+
+    yield make
+    for cm, session in reversed(stack):
+        await session.close()
+        await cm.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def ext(make_ext: MakeExt, demo_objects: list[Obj]) -> Ext:
+    return await make_ext(demo_objects)  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------------------------------- wire shape
+
+
+async def test_filter_nodecache_form_answers_nodenames_with_all_five_keys(ext: Ext) -> None:
+    pod = model_pod()
+    answer = await ext.ok("/filter", args_nodecache(pod, DEMO_NODES))
+    assert set(answer) == FILTER_KEYS
+    assert answer["Nodes"] is None
+    assert answer["NodeNames"] == ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-icx", "cpu-nosmt", "cpu-snc4"]
+    assert set(answer["FailedNodes"]) == {"cpu-full"} and answer["FailedAndUnresolvableNodes"] == {}
+    assert answer["Error"] == ""
+    # Every candidate is accounted for exactly once, as the scheduler maps them back.
+    judged = answer["NodeNames"] + list(answer["FailedNodes"]) + list(answer["FailedAndUnresolvableNodes"])
+    assert sorted(judged) == DEMO_NODES
+
+
+async def test_filter_nodelist_form_answers_the_passing_node_objects(ext: Ext, demo_objects: list[Obj]) -> None:
+    nodes = demo_nodes(demo_objects)
+    answer = await ext.ok("/filter", args_nodelist(model_pod(), nodes))
+    assert set(answer) == FILTER_KEYS
+    assert answer["NodeNames"] is None
+    assert set(answer["Nodes"]) == {"metadata", "items"}
+    passed = [n for n in nodes if n["metadata"]["name"] != "cpu-full"]
+    assert answer["Nodes"]["items"] == passed  # the full objects, unchanged, in the order sent
+    assert list(answer["FailedNodes"]) == ["cpu-full"] and answer["Error"] == ""
+
+
+async def test_filter_fixture_payloads_as_shipped(ext: Ext) -> None:
+    for name, form in (("extender-args-nodecache.json", "NodeNames"), ("extender-args-nodelist.json", "Nodes")):
+        body = json.dumps(fixture_json(name)).encode()
+        answer = await ext.ok("/filter", body)
+        assert set(answer) == FILTER_KEYS and answer["Error"] == ""
+        other = "Nodes" if form == "NodeNames" else "NodeNames"
+        assert answer[form] is not None and answer[other] is None
+        # worker-1/worker-2 are not in the demo ledger: failed with that reason, never an Error
+        assert set(answer["FailedAndUnresolvableNodes"]) == {"worker-1", "worker-2"}
+        assert all("not known to the extender" in m for m in answer["FailedAndUnresolvableNodes"].values())
+
+
+async def test_prioritize_is_a_bare_list_of_host_and_integer_score(ext: Ext) -> None:
+    pod = model_pod(tp=2, cpus=16)
+    names = DEMO_NODES + ["ghost"]
+    first = await ext.ok("/prioritize", args_nodecache(pod, names))
+    assert isinstance(first, list) and [p["Host"] for p in first] == names
+    for entry in first:
+        assert list(entry) == ["Host", "Score"]
+        assert type(entry["Score"]) is int and 0 <= entry["Score"] <= 10
+    scores = {p["Host"]: p["Score"] for p in first}
+    assert scores["ghost"] == 0 and scores["cpu-full"] == 0  # unknown, and does not fit
+    assert scores["cpu-a2"] > scores["cpu-a1"]  # MostAllocated: pack the half-used node
+    # The configured strategy's score from the core's fit, and deterministic.
+    from placement.demand import read_model_pod
+
+    demand = read_model_pod(pod, ext.cluster.settings)
+    for name in DEMO_NODES:
+        fit = ext.cluster.fit(demand, ext.cluster.ledger(name))  # type: ignore[arg-type]
+        assert scores[name] == (fit.score if fit.ok else 0)
+    assert await ext.ok("/prioritize", args_nodecache(pod, names)) == first
+    assert await ext.ok("/prioritize", args_nodelist(pod, [{"metadata": {"name": n}} for n in names])) == first
+
+
+async def test_scoring_strategy_is_the_configured_one(make_ext: MakeExt, demo_objects: list[Obj]) -> None:
+    most = await make_ext(demo_objects)
+    least = await make_ext(demo_objects, Settings(scoring_strategy="LeastAllocated"))
+    pod = model_pod(tp=2, cpus=16)
+    m = {p["Host"]: p["Score"] for p in await most.prioritize(pod, ["cpu-a1", "cpu-a2"])}
+    n = {p["Host"]: p["Score"] for p in await least.prioritize(pod, ["cpu-a1", "cpu-a2"])}
+    assert m["cpu-a2"] > m["cpu-a1"] and n["cpu-a1"] > n["cpu-a2"]
+
+
+async def test_keys_are_matched_case_insensitively_as_go_does(ext: Ext) -> None:
+    pod = model_pod()
+    lower = f'{{"pod":{go_json(pod)},"nodes":null,"nodenames":["cpu-a1","cpu-full"]}}'.encode()
+    answer = await ext.ok("/filter", lower)
+    assert answer["NodeNames"] == ["cpu-a1"] and list(answer["FailedNodes"]) == ["cpu-full"]
+    mixed = f'{{"POD":{go_json(pod)},"nodeNames":["cpu-a1"]}}'.encode()  # absent Nodes decodes as nil
+    assert (await ext.ok("/filter", mixed))["NodeNames"] == ["cpu-a1"]
+    # The compatibility test of extender/v1 lowercases the whole document: NodeList too.
+    whole = args_nodelist(pod, [{"metadata": {"name": "cpu-a1"}}]).decode().lower().encode()
+    assert (await ext.ok("/filter", whole))["Nodes"]["items"][0]["metadata"]["name"] == "cpu-a1"
+    assert [p["Host"] for p in await ext.ok("/prioritize", lower)] == ["cpu-a1", "cpu-full"]
+    bind = bind_args(pod, "cpu-a1").decode().replace("PodName", "podname").replace("PodUID", "poduid")
+    assert (await ext.ok("/bind", bind.replace('"Node"', '"node"').encode())) == {"Error": ""}
+
+
+# ------------------------------------------------------------------------------------------- verdicts
+
+
+async def test_each_refusal_goes_to_the_list_that_matches_what_preemption_can_do(
+        make_ext: MakeExt, demo_objects: list[Obj]) -> None:
+    objects = copy.deepcopy(demo_objects)
+    for obj in objects:  # the NRI plugin reports Failure on cpu-nosmt
+        if obj["kind"] == "BalloonsPolicy" and obj["metadata"]["name"] == "default":
+            obj["status"]["nodes"]["cpu-nosmt"]["status"] = "Failure"
+    ext = await make_ext(objects)
+    cases = [
+        # (pod, node, list, check phrase)
+        (model_pod("tp4", tp=4, cpus=32), "cpu-a1", "FailedAndUnresolvableNodes", "TP=4 needs 4 NUMA nodes"),
+        (model_pod("huge", tp=1, cpus=40), "cpu-a1", "FailedAndUnresolvableNodes", "even when empty"),
+        (model_pod("odd-type", tp=2, cpus=16, balloon="vllm-balloon-tp4"), "cpu-b1", "FailedAndUnresolvableNodes",
+         "balloon type vllm-balloon-tp4 is not defined"),
+        (model_pod("nri-down", tp=1, cpus=8), "cpu-nosmt", "FailedAndUnresolvableNodes", "reports Failure"),
+        (model_pod("too-big-now", tp=1, cpus=8), "cpu-full", "FailedNodes", "free cores"),
+        (model_pod("fits", tp=4, cpus=16), "cpu-snc4", None, ""),
+    ]
+    for pod, node, where, phrase in cases:
+        answer = await ext.filter(pod, [node])
+        if where is None:
+            assert answer["NodeNames"] == [node], answer
+            continue
+        assert answer["NodeNames"] == [], answer
+        other = "FailedNodes" if where == "FailedAndUnresolvableNodes" else "FailedAndUnresolvableNodes"
+        assert list(answer[where]) == [node] and answer[other] == {}, answer
+        message = answer[where][node]
+        assert phrase in message, message
+        # Names the pod, the demand and the node's free cores per NUMA node.
+        assert f"llm-inference/{pod['metadata']['name']}" in message
+        assert f"TP={pod['metadata']['annotations'][TP_ANN]}" in message or "NUMA node" in message
+        assert "CPUs" in message and f"node {node} has NUMA 0: " in message and "free cores" in message
+
+
+async def test_model_pod_with_unreadable_spec_is_unresolvable_everywhere_with_the_reason(ext: Ext) -> None:
+    pod = model_pod("bad-tp")
+    pod["metadata"]["annotations"][TP_ANN] = "three"
+    answer = await ext.filter(pod, DEMO_NODES)
+    assert answer["NodeNames"] == [] and answer["FailedNodes"] == {} and answer["Error"] == ""
+    messages = set(answer["FailedAndUnresolvableNodes"].values())
+    assert set(answer["FailedAndUnresolvableNodes"]) == set(DEMO_NODES) and len(messages) == 1
+    (message,) = messages
+    assert "llm-inference/bad-tp cannot be placed" in message and "'three'" in message
+    assert all(p["Score"] == 0 for p in await ext.prioritize(pod, DEMO_NODES))
+
+
+async def test_non_model_pod_passes_every_node_untouched(ext: Ext, demo_objects: list[Obj]) -> None:
+    names = DEMO_NODES + ["not-in-the-ledger"]
+    answer = await ext.filter(plain_pod(), names)
+    assert answer == {"Nodes": None, "NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
+                      "Error": ""}
+    nodes = demo_nodes(demo_objects)
+    listed = await ext.ok("/filter", args_nodelist(plain_pod(), nodes))
+    assert listed["Nodes"] == {"metadata": {}, "items": nodes} and listed["NodeNames"] is None
+    assert all(p["Score"] == 0 for p in await ext.prioritize(plain_pod(), names))
+
+
+async def test_unknown_node_is_a_failed_node_not_an_error(ext: Ext) -> None:
+    answer = await ext.filter(model_pod(), ["cpu-a1", "node-from-the-future"])
+    assert answer["Error"] == "" and answer["NodeNames"] == ["cpu-a1"]
+    assert answer["FailedAndUnresolvableNodes"] == {
+        "node-from-the-future": "llm-inference/qwen3-0-6b-predictor-7d9f8c6b5-x2k9q: node node-from-the-future is "
+                                "not known to the extender (not in its cache yet, or deleted)"}
+
+
+async def test_filter_and_prioritize_metrics_and_one_log_line_per_call(ext: Ext, caplog: pytest.LogCaptureFixture) -> None:
+    before = {o: metrics.FILTER_NODES.labels(o)._value.get() for o in ("passed", "failed", "unresolvable")}
+    caplog.set_level(logging.INFO, logger="model_placement.extender")
+    await ext.filter(model_pod(tp=4, cpus=16), DEMO_NODES)
+    after = {o: metrics.FILTER_NODES.labels(o)._value.get() - before[o] for o in before}
+    assert after == {"passed": 1, "failed": 0, "unresolvable": 6}  # only cpu-snc4 has 4 NUMA nodes
+    (line,) = [r for r in caplog.records if r.name == "model_placement.extender"]
+    assert line.verb == "filter" and line.pod == "llm-inference/qwen3-0-6b-predictor-7d9f8c6b5-x2k9q"  # type: ignore[attr-defined]
+    assert (line.nodes_in, line.nodes_out, line.decision) == (7, 1, "fits")  # type: ignore[attr-defined]
+    assert len(line.first_reasons) == 3 and line.first_reasons[0].startswith("cpu-a1: ")  # type: ignore[attr-defined]
+    assert line.duration_ms >= 0 and "TP=4" in line.demand  # type: ignore[attr-defined]
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="model_placement.extender")
+    await ext.filter(model_pod(tp=4, cpus=16), DEMO_NODES)
+    debug = [r for r in caplog.records if r.levelno == logging.DEBUG]
+    assert sorted(r.node for r in debug) == sorted(set(DEMO_NODES) - {"cpu-snc4"})  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------------------- bad input
+
+
+MALFORMED: list[tuple[str, bytes, str | None, str]] = [
+    ("bad JSON", b'{"Pod": {', "application/json", "not valid JSON"),
+    ("empty", b"", "application/json", "empty"),
+    ("not an object", b'[{"Pod": {}}]', "application/json", "must be a JSON object"),
+    ("missing Pod", b'{"Nodes": null, "NodeNames": ["cpu-a1"]}', "application/json", "has no Pod"),
+    ("Pod not an object", b'{"Pod": "p", "NodeNames": []}', "application/json", "Pod must be a v1.Pod"),
+    ("Nodes wrong type", b'{"Pod": {}, "Nodes": ["cpu-a1"], "NodeNames": null}', "application/json", "Nodes must be"),
+    ("items wrong type", b'{"Pod": {}, "Nodes": {"items": {}}}', "application/json", "items must be a list"),
+    ("item without name", b'{"Pod": {}, "Nodes": {"items": [{"metadata": []}]}}', "application/json", "items[0]"),
+    ("NodeNames wrong type", b'{"Pod": {}, "NodeNames": "cpu-a1"}', "application/json", "NodeNames must be"),
+    ("no candidates", b'{"Pod": {}, "Nodes": null, "NodeNames": null}', "application/json", "neither"),
+    ("metadata wrong type", b'{"Pod": {"metadata": 7}, "NodeNames": []}', "application/json", "metadata must be"),
+    ("labels wrong type", b'{"Pod": {"metadata": {"labels": [1]}}, "NodeNames": []}', "application/json", "labels"),
+    ("wrong Content-Type", args_nodecache(plain_pod(), ["cpu-a1"]), "text/plain", "Content-Type must be application/json"),
+    ("form Content-Type", b"Pod=x", "application/x-www-form-urlencoded", "Content-Type"),
+]
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+async def test_malformed_bodies_are_400_with_a_message_and_the_server_keeps_serving(ext: Ext, verb: str) -> None:
+    for label, body, ctype, phrase in MALFORMED:
+        status, answer = await ext.raw(f"/{verb}", body, ctype)
+        assert status == 400, label
+        assert list(answer) == ["error"] and phrase in answer["error"], (label, answer)
+    assert (await ext.filter(model_pod(), ["cpu-a1"]))["NodeNames"] == ["cpu-a1"]
+
+
+async def test_model_pod_spec_of_the_wrong_shape_is_400_not_500(ext: Ext) -> None:
+    pod = model_pod()
+    pod["spec"]["containers"][0]["resources"] = ["cpu", "8"]
+    status, answer = await ext.raw("/filter", args_nodecache(pod, ["cpu-a1"]))
+    assert status == 400 and "not a readable v1.Pod" in answer["error"]
+
+
+@pytest.mark.parametrize("body, phrase", [
+    (b'{"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}', "has no Node"),
+    (b'{"PodName": "p", "PodNamespace": "ns", "Node": "cpu-a1"}', "has no PodUID"),
+    (b'{"PodName": 5, "PodNamespace": "ns", "PodUID": "u", "Node": "cpu-a1"}', "PodName must be a string"),
+    (b'"bind"', "must be a JSON object"),
+    (b"{", "not valid JSON"),
+])
+async def test_malformed_bind_is_400(ext: Ext, body: bytes, phrase: str) -> None:
+    status, answer = await ext.raw("/bind", body)
+    assert status == 400 and phrase in answer["error"]
+
+
+async def test_body_limit_is_enforced_with_and_without_content_length(make_ext: MakeExt, demo_objects: list[Obj]) -> None:
+    ext = await make_ext(demo_objects, extender_body_limit=4096)
+    big = args_nodecache(model_pod(), [f"node-{i:05d}" for i in range(1000)])
+    status, answer = await ext.raw("/filter", big)
+    assert status == 400 and "exceeds the limit of 4096 bytes" in answer["error"]
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for i in range(0, len(big), 1000):
+            yield big[i:i + 1000]
+
+    async with ext.session.post(ext.served.url + "/filter", data=chunks(), headers={"Content-Type": "application/json"},
+                                **ext.served.request_kwargs()) as resp:  # type: ignore[arg-type]
+        assert resp.status == 400 and "exceeds the limit" in (await resp.json())["error"]
+    assert (await ext.filter(model_pod(), ["cpu-a1"]))["NodeNames"] == ["cpu-a1"]
+
+
+def test_default_body_limit_holds_a_full_5000_node_nodelist() -> None:
+    from server.app import EXTENDER_BODY_LIMIT
+
+    node = copy.deepcopy(fixture_json("extender-args-nodelist.json")["Nodes"]["items"][0])
+    # kubelet reports up to 50 images (nodeStatusMaxImages), by digest and by tag: most of a Node's size
+    node["status"]["images"] = [{"names": [f"registry.example.com/team-{i}/image-{i}@sha256:{'a' * 64}",
+                                           f"registry.example.com/team-{i}/image-{i}:v1.2.3"],
+                                 "sizeBytes": 123456789} for i in range(50)]
+    body = args_nodelist(model_pod(), [node] * 5000)
+    assert len(body) < EXTENDER_BODY_LIMIT
+
+
+# ------------------------------------------------------------------------------------------- bind
+
+
+def pair() -> tuple[Obj, Obj]:
+    """Two pods that each fit cpu-a1 (29 free cores per NUMA node) alone, but not together."""
+    return model_pod("first", tp=2, cpus=40), model_pod("second", tp=2, cpus=40)
+
+
+async def test_back_to_back_the_second_pod_never_gets_the_node(ext: Ext) -> None:
+    a, b = pair()
+    for pod in (a, b):
+        assert (await ext.filter(pod, ["cpu-a1"]))["NodeNames"] == ["cpu-a1"]  # each fits alone
+    assert await ext.bind(a, "cpu-a1") == ""
+    answer = await ext.filter(b, ["cpu-a1"])  # the watch has not shown the binding: only the assumption
+    assert answer["NodeNames"] == [] and "NUMA 0: 9/29" in answer["FailedNodes"]["cpu-a1"]
+    assert (await ext.prioritize(b, ["cpu-a1"]))[0]["Score"] == 0
+    error = await ext.bind(b, "cpu-a1")  # a scheduler that binds anyway is refused
+    assert "llm-inference/second needs balloon vllm-balloon-tp2" in error and "free cores" in error
+    holders = [h.pod for h in ext.cluster.ledger("cpu-a1").holdings.values()]  # type: ignore[union-attr]
+    assert holders == ["llm-inference/first"]
+
+
+async def test_concurrent_filter_and_bind_promise_the_cores_once(ext: Ext) -> None:
+    a, b = pair()
+    answers = await asyncio.gather(ext.filter(a, ["cpu-a1"]), ext.filter(b, ["cpu-a1"]))
+    assert all(x["NodeNames"] == ["cpu-a1"] for x in answers)
+    errors = await asyncio.gather(ext.bind(a, "cpu-a1"), ext.bind(b, "cpu-a1"))
+    assert sorted(bool(e) for e in errors) == [False, True], errors
+    ledger = ext.cluster.ledger("cpu-a1")
+    assert ledger is not None and len(ledger.holdings) == 1 and min(ledger.free()) >= 0
+    assert ledger.free() == (9, 9)
+
+
+async def test_many_concurrent_pods_never_overcommit(ext: Ext) -> None:
+    pods = [model_pod(f"p{i}", tp=1, cpus=8) for i in range(24)]  # 8 cores each; a handful of nodes
+    names = ["cpu-a1", "cpu-a2", "cpu-full", "cpu-snc4"]
+    filtered = await asyncio.gather(*(ext.filter(p, names) for p in pods))
+    binds = await asyncio.gather(*(ext.bind(p, (f["NodeNames"] or names)[0]) for p, f in zip(pods, filtered)))
+    bound = sum(1 for e in binds if not e)
+    held = 0
+    for name in names:
+        ledger = ext.cluster.ledger(name)
+        assert ledger is not None
+        for numa, capacity in enumerate(ledger.capacity):
+            taken = sum(c for h in ledger.holdings.values() if h.assumed for n, c in h.per_numa if n == numa)
+            assert taken <= capacity
+        held += sum(1 for h in ledger.holdings.values() if h.assumed)
+    assert held == bound and 0 < bound < len(pods)
+    assert all("free cores" in e for e in binds if e)
+
+
+async def test_bind_refusals_are_error_answers(ext: Ext) -> None:
+    pod = model_pod()
+    await ext.filter(pod, ["cpu-a1"])
+    assert "node cpu-zz is not known to the extender" in await ext.bind(pod, "cpu-zz")
+    assert await ext.bind(pod, "cpu-a1") == ""
+    assert "is already bound to node cpu-a1" in await ext.bind(pod, "cpu-a1")
+    assert "is already bound to node cpu-a1" in await ext.bind(pod, "cpu-a2")
+    # A running pod of the demo fleet (the watch shows its node).
+    running = {"metadata": {"name": "llama3-8b-predictor-6c9f7-abcde", "namespace": "llm",
+                            "uid": "demo-0016-llama3-8b-predictor-6c9f7-abcde"}}
+    assert "is already bound to node cpu-a2" in await ext.bind(running, "cpu-a1")
+    # Never seen at /filter, and no API to read it from in snapshot mode.
+    assert "was not seen at /filter" in await ext.bind(model_pod("stranger"), "cpu-a1")
+    # A uid that /filter saw under another name.
+    other = model_pod("other")
+    await ext.filter(other, ["cpu-a1"])
+    impostor = model_pod("impostor", uid=other["metadata"]["uid"])
+    assert "which /filter saw as pod" in await ext.bind(impostor, "cpu-a1")
+
+
+async def test_bind_of_a_non_model_pod_in_snapshot_mode_touches_no_cores(ext: Ext) -> None:
+    pod = plain_pod()
+    await ext.filter(pod, ["cpu-a1"])
+    before = ext.cluster.ledger("cpu-a1").free()  # type: ignore[union-attr]
+    assert await ext.bind(pod, "cpu-a1") == ""
+    assert ext.cluster.ledger("cpu-a1").free() == before  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------------------------- debug
+
+
+async def test_debug_nodes_shows_the_ledger_with_assumed_pods(ext: Ext) -> None:
+    status, everything = await ext.get("/debug/nodes")
+    assert status == 200 and [n["node"] for n in everything["nodes"]] == DEMO_NODES
+    pod = model_pod(tp=2, cpus=16)
+    await ext.filter(pod, ["cpu-a1"])
+    assert await ext.bind(pod, "cpu-a1") == ""
+    status, node = await ext.get("/debug/nodes/cpu-a1")
+    assert status == 200 and node == ext.cluster.ledger("cpu-a1").to_json()  # type: ignore[union-attr]
+    held = [h for numa in node["numa"] for h in numa["held"]]
+    assert [(h["pod"], h["cores"], h["assumed"]) for h in held] == [
+        ("llm-inference/qwen3-0-6b-predictor-7d9f8c6b5-x2k9q", 8, True)] * 2
+    assert [numa["free"] for numa in node["numa"]] == [21, 21]
+    status, missing = await ext.get("/debug/nodes/nope")
+    assert status == 404 and missing == {"error": "node nope is not known to the extender"}

@@ -1,0 +1,138 @@
+"""The extender's verdict memo never disagrees with the core: for every node and demand, what the Judge
+answers (fits or not, which list, the score, the exact message) is what `cluster.fit` on that node's own
+ledger says, before and after the ledgers change, for replicas that share verdicts and for every policy."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given, settings as hsettings, strategies as st
+
+from extender.filter import Judge, explain, filter_nodes
+from extender.score import prioritize
+from placement.cluster import ClusterState
+from placement.config import Settings
+from placement.demand import read_model_pod
+from server.cli import demo_text, load_objects
+
+Obj = dict[str, Any]
+
+
+def pod(name: str, *, tp: int = 1, cpus: int = 8, policy: str | None = "nri-balloons", balloon: str | None = None,
+        model: str = "llama") -> Obj:
+    annotations = {"cpu-policy.model-manager.io/tensor-parallel-size": str(tp)}
+    if policy:
+        annotations["model-manager.io/cpu-policy"] = policy
+    if balloon:
+        annotations["model-manager.io/nri-balloon"] = balloon
+    return {"metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}", "resourceVersion": "1",
+                         "labels": {"model-manager.io/model": model}, "annotations": annotations},
+            "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": str(cpus)}}}]}}
+
+
+def fleet() -> list[Obj]:
+    objects = load_objects(demo_text())
+    for obj in objects:  # one node whose NRI plugin is down
+        if obj["kind"] == "BalloonsPolicy" and obj["metadata"]["name"] == "default":
+            obj["status"]["nodes"]["cpu-icx"]["status"] = "Failure"
+    return objects
+
+
+def expected(cluster: ClusterState, p: Obj, name: str) -> tuple[bool, bool, int, str]:
+    demand = read_model_pod(p, cluster.settings)
+    ledger = cluster.ledger(name)
+    assert ledger is not None
+    fit = cluster.fit(demand, ledger)
+    if fit.ok:
+        return True, True, fit.score, ""
+    return False, fit.resolvable, 0, explain(demand, fit, ledger, name)
+
+
+def judged(judge: Judge, p: Obj, names: list[str]) -> dict[str, tuple[bool, bool, int, str]]:
+    ref = judge.read_pod(p)
+    out = filter_nodes(judge, ref, names)
+    scores = dict(zip(names, prioritize(judge, ref, names)))
+    result = {}
+    for name in names:
+        if name in out.passed:
+            result[name] = (True, True, scores[name], "")
+        elif name in out.failed:
+            result[name] = (False, True, scores[name], out.failed[name])
+        else:
+            result[name] = (False, False, scores[name], out.unresolvable[name])
+    return result
+
+
+DEMANDS = [
+    dict(tp=tp, cpus=per * tp, policy=policy, balloon=balloon)
+    for tp in (1, 2, 4, 8)
+    for per in (1, 4, 8, 16, 30)
+    for policy, balloon in (("nri-balloons", None), ("nri-balloons", "vllm-balloon-tp2"), ("nri-balloons", "nope"),
+                            ("kubelet-static", None), ("best-effort", None))
+]
+
+
+def check_all(cluster: ClusterState, judge: Judge, tag: str) -> None:
+    names = sorted(cluster.nodes)
+    for i, d in enumerate(DEMANDS):
+        for replica in ("a", "b"):  # the second replica shares the first one's verdicts
+            p = pod(f"{tag}-{i}-{replica}", **d)  # type: ignore[arg-type]
+            got = judged(judge, p, names)
+            for name in names:
+                assert got[name] == expected(cluster, p, name), (d, name)
+
+
+def test_verdicts_equal_direct_fit_for_every_node_demand_and_policy() -> None:
+    for strategy in ("MostAllocated", "LeastAllocated", "BalancedAllocation"):
+        settings = Settings(scoring_strategy=strategy)
+        cluster = ClusterState.from_objects(fleet(), settings)
+        check_all(cluster, Judge(cluster), strategy)
+
+
+def test_verdicts_follow_the_ledger_as_it_changes() -> None:
+    cluster = ClusterState.from_objects(fleet(), Settings())
+    judge = Judge(cluster)
+    check_all(cluster, judge, "before")
+    # Assumed pods (our own binds), on nodes with maxBalloons (cpu-b1) and elsewhere; a shared-pool hog.
+    for i, (node, tp, cpus) in enumerate([("cpu-b1", 1, 4), ("cpu-a1", 2, 16), ("cpu-snc4", 1, 6)]):  # cpu-b1: now at maxBalloons
+        p = pod(f"held-{i}", tp=tp, cpus=cpus)
+        assert cluster.assume(f"uid-held-{i}", "llm", f"held-{i}", read_model_pod(p, cluster.settings), node).ok
+    cluster.apply("Pod", "ADDED", {"metadata": {"name": "hog", "namespace": "x", "uid": "hog"},
+                                   "spec": {"nodeName": "cpu-nosmt",
+                                            "containers": [{"name": "c", "resources": {"requests": {"cpu": "30"}}}]},
+                                   "status": {"phase": "Running"}})
+    check_all(cluster, judge, "after")
+    cluster.forget("uid-held-1")
+    check_all(cluster, judge, "forgotten")
+
+
+def test_replicas_share_verdicts_but_each_message_names_its_own_pod() -> None:
+    cluster = ClusterState.from_objects(fleet(), Settings())
+    judge = Judge(cluster)
+    a = judged(judge, pod("replica-a", tp=1, cpus=8), ["cpu-full"])["cpu-full"]
+    b = judged(judge, pod("replica-b", tp=1, cpus=8), ["cpu-full"])["cpu-full"]
+    assert "llm/replica-a needs" in a[3] and "llm/replica-b needs" in b[3]
+    assert a[3].replace("replica-a", "replica-b") == b[3]
+    assert len(judge._memos) == 1  # one demand, asked twice
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-nosmt", "cpu-snc4"]),
+                          st.sampled_from([1, 2, 4]), st.integers(1, 20), st.booleans()), max_size=12))
+def test_random_binds_and_releases_never_make_the_memo_disagree(ops: list[tuple[str, int, int, bool]]) -> None:
+    cluster = ClusterState.from_objects(copy.deepcopy(FLEET), Settings())
+    judge = Judge(cluster)
+    names = sorted(cluster.nodes)
+    probes = [pod(f"probe-{tp}-{c}", tp=tp, cpus=c * tp) for tp in (1, 2, 4) for c in (2, 8, 14)]
+    for i, (node, tp, per, release) in enumerate(ops):
+        p = pod(f"op-{i}", tp=tp, cpus=per * tp)
+        cluster.assume(f"uid-op-{i}", "llm", f"op-{i}", read_model_pod(p, cluster.settings), node)
+        if release and i:
+            cluster.forget(f"uid-op-{i - 1}")
+        for probe in probes:
+            got = judged(judge, probe, names)
+            assert all(got[n] == expected(cluster, probe, n) for n in names)
+
+
+FLEET = fleet()
