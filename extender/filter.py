@@ -60,14 +60,22 @@ class Verdict:
     message: str  # with placeholders for the node's and the pod's names; empty when it fits
 
 
+# What `fit` reads of a ledger on every call, copied onto the renamed view so that reading them costs
+# no delegation; anything else (free(), count_balloons(), ...) is delegated to the ledger itself.
+_COPIED = tuple(a for a in ("capacity", "capacity_desc", "capacity_total", "nri", "topology", "reserved",
+                            "threads_per_core") if hasattr(NodeLedger, a))
+
+
 class _Renamed:
     """A ledger under another name: everything else is the ledger's own."""
 
-    __slots__ = ("_ledger", "name")
+    __slots__ = ("_ledger", "name", *_COPIED)
 
     def __init__(self, ledger: NodeLedger, name: str) -> None:
         self._ledger = ledger
         self.name = name
+        for attr in _COPIED:
+            setattr(self, attr, getattr(ledger, attr))
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._ledger, attr)

@@ -41,11 +41,7 @@ def add_routes(app: web.Application) -> None:
 
 
 def _judge(request: web.Request) -> Judge:
-    judge = request.app[JUDGE]
-    cluster = request.app[RUNTIME].cluster
-    if judge.cluster is not cluster:  # the runtime was given new state: start over
-        judge = request.app[JUDGE] = Judge(cluster)
-    return judge
+    return request.app[JUDGE]  # it reads runtime.cluster, which the watch updates in place
 
 
 async def _read(request: web.Request, verb: str, parse: Any) -> Any:
@@ -100,10 +96,11 @@ async def handle_prioritize(request: web.Request) -> web.Response:
     args, ref = await _read_args(request, "prioritize", judge)
     scores = prioritize(judge, ref, args.names)
     response, ms = _respond(wire.host_priorities(args.names, scores), started)
-    best = sorted(zip(scores, args.names), key=lambda p: -p[0])[:FIRST_REASONS] if ref.demand is not None else []
+    top = max(scores, default=0)
+    best = list(islice((n for n, s in zip(args.names, scores) if s == top), FIRST_REASONS)) if top else []
     log.info("prioritize", extra={
         "verb": "prioritize", "pod": ref.display, "nodes_in": len(args.names),
-        "nodes_out": sum(1 for s in scores if s > 0), "first_reasons": [f"{n}={s}" for s, n in best] or None,
+        "nodes_out": len(scores) - scores.count(0), "first_reasons": [f"{n}={top}" for n in best] or None,
         "decision": "scored" if ref.demand is not None else "not-a-model-pod", "duration_ms": round(ms, 3)})
     return response
 

@@ -50,7 +50,7 @@ def parse_args(body: Any) -> ExtenderArgs:
     names: list[str] = []
     raw_names = fields.get("NodeNames")
     if raw_names is not None:
-        if not isinstance(raw_names, list) or not all(isinstance(n, str) for n in raw_names):
+        if not isinstance(raw_names, list) or not all(map(str.__instancecheck__, raw_names)):
             raise BadRequest("ExtenderArgs.NodeNames must be null or a list of node names")
         names = raw_names
     node_list = fields.get("Nodes")
