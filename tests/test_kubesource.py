@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +17,7 @@ from placement.config import Settings
 from server.kubeapi import BindError, KubeApiError, bind_pod, get_json
 import orjson
 
-from server.kubesource import Backoff, KubeSource, list_once
+from server.kubesource import Backoff, BulkLoadGC, KubeSource, list_once
 from tests.support.fakeapi import FakeApiServer, balloons_policy_obj, node_obj, nrt_obj, pod_obj, status
 
 Obj = dict[str, Any]
@@ -104,7 +105,7 @@ async def make_source(api: client.ApiClient) -> Any:
 
     def make(state: Any, **kw: Any) -> KubeSource:
         opts: dict[str, Any] = dict(page_size=3, backoff_base=0.02, backoff_cap=0.2, crd_poll_interval=0.1,
-                                    watch_timeout=60, read_timeout=10)
+                                    watch_timeout=60, read_timeout=10, tune_gc=False)
         opts.update(kw)
         src = KubeSource(state, api, **opts)
         src.start()
@@ -380,7 +381,7 @@ async def test_watch_error_other_than_410_or_garbage_reconnects_without_relist(
 
 async def test_stop_is_prompt(fake: FakeApiServer, api: client.ApiClient) -> None:
     seed(fake)
-    src = KubeSource(cluster(), api, read_timeout=60, watch_timeout=600)
+    src = KubeSource(cluster(), api, read_timeout=60, watch_timeout=600, tune_gc=False)
     src.start()
     assert await src.wait_synced(5)
     await eventually(lambda: fake.watch_count() == 4, what="watches")
@@ -393,7 +394,7 @@ async def test_stop_is_prompt(fake: FakeApiServer, api: client.ApiClient) -> Non
 
 async def test_stop_while_apiserver_down(api: client.ApiClient) -> None:
     down = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))  # nothing listens there
-    src = KubeSource(cluster(), down, backoff_base=5.0, backoff_cap=5.0)
+    src = KubeSource(cluster(), down, backoff_base=5.0, backoff_cap=5.0, tune_gc=False)
     src.start()
     await asyncio.sleep(0.1)
     assert not src.synced
@@ -464,3 +465,24 @@ def test_get_json_raises_with_status_message(fake: FakeApiServer, api: client.Ap
         get_json(api, "/apis/config.nri/v1alpha1/balloonspolicies")
     assert err.value.status == 404 and "could not find the requested resource" in str(err.value)
     assert get_json(api, "/api/v1/nodes")["kind"] == "NodeList"
+
+
+async def test_bulk_load_gc_is_raised_during_sync_and_restored(fake: FakeApiServer, api: client.ApiClient) -> None:
+    seed(fake)
+    before = gc.get_threshold()
+    frozen = gc.get_freeze_count()
+    src = KubeSource(cluster(), api, tune_gc=True)
+    try:
+        src.start()
+        assert gc.get_threshold()[0] >= BulkLoadGC.THRESHOLD0
+        assert await src.wait_synced(5)
+        assert gc.get_threshold() == before
+        assert gc.get_freeze_count() > frozen  # the synced state is out of the collector's sight
+        with BulkLoadGC() as outer, BulkLoadGC():  # one owner at a time; the inner one is a no-op
+            assert gc.get_threshold()[0] >= BulkLoadGC.THRESHOLD0
+            outer.end(freeze=False)
+            assert gc.get_threshold() == before
+    finally:
+        src.stop()
+        gc.unfreeze()
+    assert gc.get_threshold() == before

@@ -659,11 +659,10 @@ def node_obj(name: str, *, cpus: int = 128, numa: int = 2, amx: bool = True, lab
 def pod_obj(name: str, *, namespace: str = "default", node: str | None = None, cpu: str = "500m",
             memory: str = "512Mi", model: str | None = None, tp: int | None = None, phase: str = "Running",
             uid: str | None = None, created: int = 0) -> dict[str, Any]:
-    """A Pod as the apiserver returns it: ReplicaSet-owned, sidecar, managedFields, full status (~3.5 KB)."""
+    """A Pod as the apiserver returns it: ReplicaSet-owned, a sidecar, managedFields, full status (~4 KB)."""
     labels = {"app.kubernetes.io/name": name.rsplit("-", 2)[0], "app.kubernetes.io/part-of": "serving",
               "pod-template-hash": "7c9d8f6b5d"}
-    annotations = {"kubectl.kubernetes.io/restartedAt": _ts(created),
-                   "prometheus.io/scrape": "true", "prometheus.io/port": "9090"}
+    annotations = {"kubectl.kubernetes.io/restartedAt": _ts(created)}
     args = ["--port", "8000"]
     if model:
         labels["model-manager.io/model"] = model
@@ -674,13 +673,8 @@ def pod_obj(name: str, *, namespace: str = "default", node: str | None = None, c
     container = {
         "name": "main", "image": "registry.example.com/serving/vllm-cpu:v0.6.4", "imagePullPolicy": "IfNotPresent",
         "args": args, "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
-        "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "40"}, {"name": "OMP_NUM_THREADS", "value": "32"},
-                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
+        "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "40"}],
         "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}},
-        "readinessProbe": {"httpGet": {"path": "/health", "port": 8000, "scheme": "HTTP"}, "periodSeconds": 10,
-                           "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3},
-        "volumeMounts": [{"name": "kube-api-access-x7k2p", "readOnly": True,
-                          "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
         "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
     }
     sidecar = {
@@ -693,9 +687,7 @@ def pod_obj(name: str, *, namespace: str = "default", node: str | None = None, c
         "dnsPolicy": "ClusterFirst", "serviceAccountName": "default", "serviceAccount": "default",
         "securityContext": {}, "schedulerName": "default-scheduler", "priority": 0,
         "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
-        "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
-                         "tolerationSeconds": 300},
-                        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+        "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
                          "tolerationSeconds": 300}],
         "volumes": [{"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
             {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
@@ -707,10 +699,9 @@ def pod_obj(name: str, *, namespace: str = "default", node: str | None = None, c
     status_: dict[str, Any] = {"phase": phase, "qosClass": "Burstable", "startTime": started}
     if node:
         status_.update({
-            "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}], "podIP": "10.244.1.7", "podIPs": [{"ip": "10.244.1.7"}],
+            "hostIP": "10.0.0.1", "podIP": "10.244.1.7", "podIPs": [{"ip": "10.244.1.7"}],
             "conditions": [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": started}
-                           for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
-                                     "PodScheduled")],
+                           for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
             "containerStatuses": [
                 {"name": c["name"], "state": {"running": {"startedAt": started}}, "lastState": {}, "ready": True,
                  "restartCount": 0, "image": c["image"], "imageID": f"{c['image']}@sha256:{'ab' * 32}",
@@ -777,6 +768,11 @@ def nrt_obj(node: str, *, numa: int = 2, cpus_per_numa: int = 64) -> dict[str, A
     }
 
 
+def synthetic_pod_name(i: int) -> tuple[str, str]:
+    """(namespace, name) of the i-th pod of ``synthetic_cluster``."""
+    return f"team-{i % 50:02d}", f"svc-{i % 997:03d}-7c9d8f6b5d-{i:06d}"
+
+
 def synthetic_cluster(n_nodes: int, n_pods: int, *, model_every: int = 20) -> dict[str, list[tuple[str, bytes]]]:
     """A serialized fleet for the benchmark: ``{kind: [(key, json)]}``; pods spread over nodes and 50 namespaces."""
     out: dict[str, list[tuple[str, bytes]]] = {k: [] for k in RESOURCES}
@@ -790,11 +786,11 @@ def synthetic_cluster(n_nodes: int, n_pods: int, *, model_every: int = 20) -> di
     out["BalloonsPolicy"].append(("kube-system/default", orjson.dumps(balloons_policy_obj())))
     template = pod_obj("tmpl-5d8f7c6b9-abcde", node="node-00000")
     for i in range(n_pods):
-        ns = f"team-{i % 50:02d}"
-        name = f"svc-{i % 997:03d}-7c9d8f6b5d-{i:06d}"
+        ns, name = synthetic_pod_name(i)
         node = node_names[i % n_nodes] if n_nodes else None
-        if i % model_every == 0:
-            obj = pod_obj(name, namespace=ns, node=node, cpu="32", memory="64Gi", model=f"llama-{i % 7}", tp=2,
+        if i % model_every == 0:  # 16 cores over 2 NUMA nodes; spread so that no node is overcommitted
+            node = node_names[(i // model_every) % n_nodes] if n_nodes else None
+            obj = pod_obj(name, namespace=ns, node=node, cpu="16", memory="64Gi", model=f"llama-{i % 7}", tp=2,
                           created=i)
         else:
             # cheap variant of the template: same shape and size, distinct identity
