@@ -22,6 +22,7 @@ from placement.quantity import QuantityError, memory_bytes
 POD_SPEC = "pod-spec"
 NO_ELIGIBLE_NODE = "no-eligible-node"
 MEMORY_MISSING = "memory-missing"
+CPU_MISSING = "cpu-missing"
 REPLICAS = "replicas-do-not-fit"
 NRI_FALLBACK = "nri-resolution-failed"
 NRI_DISABLED = "nri-disabled"
@@ -86,6 +87,12 @@ def memory_problems(spec: Mapping[str, Any]) -> list[str]:
     return missing
 
 
+def cpu_problems(spec: Mapping[str, Any]) -> list[str]:
+    """kubelet-static: a container with no CPU request or limit leaves the whole pod Burstable."""
+    return [str(c.get("name")) for section in ("initContainers", "containers") for c in spec.get(section) or ()
+            if all(((c.get("resources") or {}).get(k) or {}).get("cpu") is None for k in ("requests", "limits"))]
+
+
 def rank(fits: Sequence[fitmod.Fit]) -> tuple[fitmod.Fit, ...]:
     return tuple(sorted(fits, key=lambda f: (not f.ok, -f.score, f.node)))
 
@@ -125,6 +132,14 @@ def preflight(
                            f"{demand.pod}: kubelet-static pins cores only for Guaranteed pods, and container(s) "
                            f"{', '.join(missing)} set no memory request or limit. Set resources.limits.memory "
                            "(and the same requests.memory) on every container and init container.")
+        no_cpu = cpu_problems(spec)
+        if no_cpu:
+            return Verdict(False, CPU_MISSING,
+                           f"{demand.pod}: kubelet-static pins cores only for Guaranteed pods, and container(s) "
+                           f"{', '.join(no_cpu)} set no cpu request or limit, so the pod would be Burstable and get "
+                           "no exclusive cores. Set resources.limits.cpu (and the same requests.cpu) on every "
+                           "container and init container; a fractional value such as 100m keeps a sidecar in the "
+                           "shared pool.")
     explicit = demand.balloon_type != f"{cluster.settings.nri_balloon_prefix}{demand.tp}"
     notes: tuple[str, ...] = ()
     if demand.requested_policy == "nri-balloons" and resolution.policy != "nri-balloons":
