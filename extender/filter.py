@@ -66,6 +66,9 @@ _COPIED = tuple(a for a in ("capacity", "capacity_desc", "capacity_total", "nri"
                             "threads_per_core") if hasattr(NodeLedger, a))
 
 
+_FITS = tuple(Verdict(True, True, score, "") for score in range(MIN_SCORE, MAX_SCORE + 1))
+
+
 class _Renamed:
     """A ledger under another name: everything else is the ledger's own."""
 
@@ -115,6 +118,7 @@ class Judge:
         self._nodes: dict[str, tuple[NodeLedger, int, frozenset[str]]] = {}
         # shape -> (id, the policy: holding it keeps its id() from being reused while the shape is known)
         self._shapes: dict[tuple[Any, ...], tuple[int, Any]] = {}
+        self.fits_asked = 0  # fits computed (verdict cache misses), for the log line
 
     # -- pods ------------------------------------------------------------------------------------------
 
@@ -194,9 +198,11 @@ class Judge:
         return entry
 
     def _judge(self, key: ModelDemand, ledger: NodeLedger) -> Verdict:
+        self.fits_asked += 1
+        fit = self.cluster.fit(key, ledger)
+        if fit.ok:  # the names only matter to the text of a refusal
+            return _FITS[max(MIN_SCORE, min(MAX_SCORE, fit.score))]
         fit = self.cluster.fit(key, _Renamed(ledger, NODE))  # type: ignore[arg-type]
-        if fit.ok:
-            return Verdict(True, True, max(MIN_SCORE, min(MAX_SCORE, fit.score)), "")
         return Verdict(False, fit.resolvable, MIN_SCORE, explain(key, fit, ledger, NODE))
 
     def verdicts(self, ref: PodRef, names: list[str]) -> list[Verdict | None]:

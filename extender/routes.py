@@ -71,6 +71,7 @@ async def handle_filter(request: web.Request) -> web.Response:
     started = time.perf_counter()
     judge = _judge(request)
     args, ref = await _read_args(request, "filter", judge)
+    asked = judge.fits_asked
     out = filter_nodes(judge, ref, args.names)
     response, ms = _respond(wire.filter_result(args, out.passed, out.failed, out.unresolvable), started)
     _PASSED.inc(len(out.passed))
@@ -81,7 +82,8 @@ async def handle_filter(request: web.Request) -> web.Response:
     log.info("filter", extra={
         "verb": "filter", "pod": ref.display, "nodes_in": len(args.names), "nodes_out": len(out.passed),
         "first_reasons": first or None, "decision": out.decision, "duration_ms": round(ms, 3),
-        "demand": describe_demand(ref.demand) if ref.demand is not None else None})
+        "demand": describe_demand(ref.demand) if ref.demand is not None else None,
+        "count": judge.fits_asked - asked})  # fits computed; the other nodes' verdicts were cached
     if log.isEnabledFor(logging.DEBUG):
         for outcome, reasons in (("FailedAndUnresolvableNodes", out.unresolvable), ("FailedNodes", out.failed)):
             for node, why in reasons.items():
