@@ -13,6 +13,7 @@ import asyncio
 import functools
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from extender.filter import Judge, PodRef
 from extender.wire import BindArgs
@@ -36,9 +37,7 @@ class _Refused(Exception):
 
 
 async def _get_pod(runtime: Runtime, args: BindArgs) -> dict[str, Any]:
-    from urllib.parse import quote
-
-    from server.kubeapi import get_json
+    from server.kubeapi import get_json  # the kubernetes client: only when connected
 
     path = f"/api/v1/namespaces/{quote(args.namespace, safe='')}/pods/{quote(args.pod_name, safe='')}"
     loop = asyncio.get_running_loop()
@@ -98,6 +97,7 @@ async def bind(runtime: Runtime, judge: Judge, args: BindArgs) -> Bound:
             return Bound(fit.reason, result)
         assumed = True
     if runtime.api_client is None:
+        # A snapshot has no watch to confirm the binding: the assumption lasts assume_ttl_seconds.
         return Bound("", "assumed" if assumed else "bound")
     from server.kubeapi import bind_pod
 
