@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -319,13 +319,16 @@ class ClusterState:
 
     # -- questions ---------------------------------------------------------------------------------
 
+    def iter_eligible(self, spec: Mapping[str, Any]) -> Iterator[NodeLedger]:
+        """Schedulable nodes the pod's nodeSelector and required node affinity allow, by name, lazily:
+        a question answered by the first match need not build every ledger."""
+        for name in sorted(self.nodes):
+            node = self.nodes[name]
+            if not node.unschedulable and node_matches(spec, name, node.labels):
+                yield self.ledger(name)  # type: ignore[misc]
+
     def eligible(self, spec: Mapping[str, Any]) -> list[NodeLedger]:
-        """Schedulable nodes the pod's nodeSelector and required node affinity allow."""
-        return [
-            self.ledger(n.name)  # type: ignore[misc]
-            for n in sorted(self.nodes.values(), key=lambda n: n.name)
-            if not n.unschedulable and node_matches(spec, n.name, n.labels)
-        ]
+        return list(self.iter_eligible(spec))
 
     def fit(self, demand: ModelDemand, ledger: NodeLedger) -> fitmod.Fit:
         """The scheduler's question: does it fit what is free now?"""

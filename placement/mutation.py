@@ -7,14 +7,16 @@ the webhook's business.
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from placement.cluster import ClusterState
 from placement.fit import nominal_footprint
+from placement.ledger import NodeLedger
 from placement.demand import (
     BALLOON_PREFIX, OUT_CPUS, OUT_REASON, OUT_TP, OUT_TYPE, ModelDemand, is_model_pod, read_model_pod, round_up,
 )
@@ -30,6 +32,11 @@ class Mutation:
     demand: ModelDemand | None  # None when the pod is left alone
     resolution: Resolution | None
     skipped: str | None  # why the pod is left alone, e.g. "not a model pod"
+
+
+def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
+    # A JSON document copies ~10x faster through orjson than through copy.deepcopy.
+    return orjson.loads(orjson.dumps(obj))
 
 
 def skip_reason(pod: Mapping[str, Any], namespace: str, cluster: ClusterState) -> str | None:
@@ -50,9 +57,9 @@ def skip_reason(pod: Mapping[str, Any], namespace: str, cluster: ClusterState) -
 def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "") -> Mutation:
     skipped = skip_reason(pod, namespace, cluster)
     if skipped:
-        return Mutation(copy.deepcopy(dict(pod)), None, None, skipped)
+        return Mutation(_copy(pod), None, None, skipped)
     settings = cluster.settings
-    out: dict[str, Any] = copy.deepcopy(dict(pod))
+    out: dict[str, Any] = _copy(pod)
     spec = out.setdefault("spec", {})
     demand = read_model_pod(out, settings, namespace)
 
@@ -66,8 +73,7 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
     if settings.scheduler_name and spec.get("schedulerName") in (None, "", "default-scheduler"):
         spec["schedulerName"] = settings.scheduler_name
 
-    eligible = cluster.eligible(spec)
-    resolution = resolve_policy(demand, eligible, settings.nri_enabled)
+    resolution = resolve_policy(demand, cluster.iter_eligible(spec), settings.nri_enabled)
     annotations = out.setdefault("metadata", {}).setdefault("annotations", {})
     if annotations is None:
         annotations = out["metadata"]["annotations"] = {}
@@ -84,11 +90,12 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
         annotations[BALLOON_PREFIX + demand.container] = demand.balloon_type
     elif resolution.policy == "kubelet-static":
         _make_guaranteed(spec, demand.container, tpc)
-    annotations[OUT_CPUS] = str(nominal_footprint(resolved, tpc, _hides_hyperthreads(demand, eligible)).cpus)
+    hide = resolution.policy == "nri-balloons" and _hides_hyperthreads(demand, cluster.iter_eligible(spec))
+    annotations[OUT_CPUS] = str(nominal_footprint(resolved, tpc, hide).cpus)
     return Mutation(out, demand, resolution, None)
 
 
-def _hides_hyperthreads(demand: ModelDemand, eligible: list) -> bool:
+def _hides_hyperthreads(demand: ModelDemand, eligible: Iterable[NodeLedger]) -> bool:
     for ledger in eligible:
         policy = ledger.nri.policy
         btype = policy.balloon_type(demand.balloon_type) if policy else None
@@ -112,7 +119,7 @@ def _require_on_every_term(spec: dict[str, Any], field: str, requirement: dict[s
     for term in terms:
         items = term.get(field) or []
         if requirement not in items:
-            items.append(copy.deepcopy(requirement))
+            items.append(_copy(requirement))
         term[field] = items
 
 
