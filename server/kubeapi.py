@@ -1,4 +1,4 @@
-"""Kubernetes API access through the official client: configuration, auth and TLS from the client, bodies as raw JSON.
+"""Kubernetes API access through the official client: its configuration, auth and TLS; bodies as raw JSON.
 
 The generated model classes are bypassed on purpose (``param_serialize`` + ``call_api`` give the urllib3 response
 unread, the ``_preload_content=False`` path): deserializing a pod list into models costs ~8x ``orjson.loads``.
@@ -44,8 +44,10 @@ class BindError(KubeApiError):
     """The apiserver refused a pod binding (409: already assigned / UID mismatch / being deleted; 404: no pod)."""
 
 
-def make_api_client(kubeconfig: str | None = None, in_cluster: bool = False, *, context: str | None = None) -> client.ApiClient:
-    """An ``ApiClient`` from a kubeconfig file (``None``: ``$KUBECONFIG`` or ``~/.kube/config``) or the pod's service account."""
+def make_api_client(
+    kubeconfig: str | None = None, in_cluster: bool = False, *, context: str | None = None
+) -> client.ApiClient:
+    """An ``ApiClient`` from a kubeconfig (``None``: ``$KUBECONFIG``, ``~/.kube/config``) or the service account."""
     cfg = client.Configuration()
     if in_cluster:
         config.load_incluster_config(client_configuration=cfg)
@@ -66,7 +68,7 @@ def request(
     body: Any = None,
     timeout: float | tuple[float, float] | None = DEFAULT_TIMEOUT,
 ) -> urllib3.BaseHTTPResponse:
-    """Send one request with the client's host, auth and TLS; return the urllib3 response unread, whatever its status.
+    """Send one request with the client's host, auth and TLS; return the urllib3 response unread, any status.
 
     The caller reads (or streams) the body and then calls ``release_conn()`` (fully read) or ``close()``.
     """

@@ -1,4 +1,4 @@
-"""Live cluster state: list + watch Nodes, Pods, BalloonsPolicies and NodeResourceTopologies into a ``ClusterState``.
+"""Live cluster state: list + watch Nodes, Pods, BalloonsPolicies, NodeResourceTopologies into a ClusterState.
 
 One background thread per kind (the official client is synchronous) lists in pages, then watches from the list's
 resourceVersion, reading raw JSON. Everything it reads is handed to the asyncio loop thread in batches, so the
@@ -112,7 +112,6 @@ def _prepare(res: Resource, obj: Obj) -> Item:
     return res.key(meta), meta.get("resourceVersion", ""), obj
 
 
-
 def _ident(rv: str, obj: Obj) -> tuple[str, str, str | None, str | None]:
     meta = obj["metadata"]
     return rv, meta.get("name", ""), meta.get("namespace"), meta.get("uid")
@@ -163,7 +162,7 @@ def _chunks(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
 def _open_list(
     open_: Callable[[Resource, dict[str, Any]], urllib3.BaseHTTPResponse], res: Resource, page_size: int
 ) -> Iterator[tuple[list[Item], bool, bool, str]]:
-    """Pages of a consistent list: ``(items, first, last, resourceVersion)``; restarts if a continue token expires."""
+    """A consistent list in pages: ``(items, first, last, resourceVersion)``; starts over if continue expires."""
     cont: str | None = None
     while True:
         query: dict[str, Any] = {"limit": page_size}
@@ -480,7 +479,7 @@ class KubeSource:
                         "seconds": round(seconds, 3)})
 
     def _watch(self, res: Resource) -> None:
-        """One watch from ``resource_versions[kind]`` until the server ends it; raises on anything but a clean end."""
+        """One watch from ``resource_versions[kind]`` until the server ends it; raises unless it ends cleanly."""
         kind = res.kind
         query = {
             "watch": True,
@@ -609,7 +608,7 @@ class KubeSource:
         if last:
             if known.relisting:
                 gone = [(key, ident) for key, ident in known.objects.items() if key not in known.seen]
-                self._deliver(res, known, [("DELETED", key, ident[0], _tombstone(res, ident)) for key, ident in gone])
+                self._deliver(res, known, [("DELETED", key, i[0], _tombstone(res, i)) for key, i in gone])
                 known.relisting = False
                 known.seen = set()
             self._mark_synced(res.kind, known)
@@ -649,8 +648,10 @@ class KubeSource:
                 self._synced_event.set()
 
 
-def list_once(state: Sink, api_client: client.ApiClient, *, page_size: int = 500,
-              timeout: tuple[float, float] = (10.0, 120.0), resources: tuple[Resource, ...] = RESOURCES) -> dict[str, int]:
+def list_once(
+    state: Sink, api_client: client.ApiClient, *, page_size: int = 500,
+    timeout: tuple[float, float] = (10.0, 120.0), resources: tuple[Resource, ...] = RESOURCES,
+) -> dict[str, int]:
     """List every kind into ``state`` once, synchronously (``report`` / ``render --kubeconfig``).
 
     Returns the object count per kind; a CRD that is not installed is replaced by nothing and counts 0.

@@ -189,7 +189,8 @@ async def test_converges_after_adds_updates_deletes(fake: FakeApiServer, make_so
     fake.delete("Node", "node-0")
     fake.delete("BalloonsPolicy", "node.node-1", "kube-system")
     fake.add("NodeResourceTopology", nrt_obj("node-3", numa=4, cpus_per_numa=32))
-    uid_new, uid_0, uid_2 = new["metadata"]["uid"], pods["pod-0"]["metadata"]["uid"], pods["pod-2"]["metadata"]["uid"]
+    uid_new = new["metadata"]["uid"]
+    uid_0, uid_2 = pods["pod-0"]["metadata"]["uid"], pods["pod-2"]["metadata"]["uid"]
 
     await eventually(lambda: uid_2 not in state.pods and "node-3" in state.nrts and "node-0" not in state.nodes
                      and state.pods.get(uid_0) is not None and state.pods[uid_0].phase == "Succeeded"
@@ -210,7 +211,8 @@ async def test_converges_after_adds_updates_deletes(fake: FakeApiServer, make_so
 # ------------------------------------------------------------------------------------------------- disconnects
 
 
-async def test_watch_dropped_mid_stream_resumes_without_relist(fake: FakeApiServer, make_source: MakeSource) -> None:
+async def test_watch_dropped_mid_stream_resumes_without_relist(fake: FakeApiServer,
+                                                                make_source: MakeSource) -> None:
     seed(fake)
     sink = RecordingSink()
     src = make_source(sink)
@@ -374,6 +376,24 @@ async def test_watch_error_other_than_410_or_garbage_reconnects_without_relist(
     assert src.relists["Node"] == 0
     fake.add("Node", node_obj("node-5"))
     await eventually(lambda: "node-5" in state.nodes, what="events after reconnect")
+
+
+async def test_event_split_across_chunks_is_reassembled(fake: FakeApiServer, make_source: MakeSource) -> None:
+    seed(fake)
+    sink = RecordingSink()
+    src = make_source(sink)
+    assert await src.wait_synced(5)
+    await eventually(lambda: fake.watch_count("Node") == 1, what="node watch")
+    node = node_obj("node-split", images=40)  # ~12 KB
+    node["metadata"].update(uid="uid-split", resourceVersion=str(fake.bump()))
+    line = orjson.dumps({"type": "ADDED", "object": node}) + b"\n"
+    pieces = [line[:7], line[7:5000], line[5000:-1], line[-1:]]
+    for piece in pieces:  # one HTTP chunk each
+        fake.inject("Node", piece)
+        await asyncio.sleep(0.02)
+    await eventually(lambda: "node-split" in sink.objects["Node"], what="reassembled event")
+    assert len(sink.objects["Node"]["node-split"]["status"]["images"]) == 40
+    assert src.errors["Node"] == 0 and src.resource_versions["Node"] == node["metadata"]["resourceVersion"]
 
 
 # ------------------------------------------------------------------------------------------------- stop

@@ -197,7 +197,7 @@ class FakeApiServer:
     # ----------------------------------------------------------------------------------------- controls
 
     def add(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create (or replace) an object; fills in apiVersion/kind/uid/creationTimestamp; returns the stored object."""
+        """Create (or replace) an object, filling in apiVersion/kind/uid/creationTimestamp; returns it as stored."""
         return self._call(lambda: self._put(kind, obj, create=True))
 
     def update(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -447,7 +447,8 @@ class FakeApiServer:
         if request.method == "POST" and res.kind == "Pod" and sub == "binding" and namespace and name:
             return await self._bind(request, namespace, name)
         if request.method != "GET" or sub is not None:
-            return self._error(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource")
+            return self._error(405, "MethodNotAllowed",
+                               "the server does not allow this method on the requested resource")
         if name is not None:
             raw = self._objects[res.kind].get(_key(namespace, name))
             if raw is None:
@@ -463,7 +464,8 @@ class FakeApiServer:
         if failing:
             n, code = failing
             self._fail_next_list[res.kind] = (n - 1, code) if n > 1 else None  # type: ignore[assignment]
-            return self._error(code, "InternalError", "an error on the server has prevented the request from succeeding")
+            return self._error(code, "InternalError",
+                               "an error on the server has prevented the request from succeeding")
         limit = int(query.get("limit") or 0)
         token = query.get("continue")
         if token:
@@ -472,7 +474,8 @@ class FakeApiServer:
                 rv, items = self._snapshots[snap_id]
             except (ValueError, KeyError, TypeError):
                 return self._error(410, "Expired", "The provided continue parameter is too old to display a "
-                                   "consistent list result. You can start a new list without the continue parameter.")
+                                   "consistent list result. You can start a new list without the continue "
+                                   "parameter.")
         else:
             keys = self._keys(res.kind)
             if namespace is not None:
@@ -545,7 +548,8 @@ class FakeApiServer:
                         request.transport.abort()
                     return resp
                 batch = [item]
-                while not w.queue.empty() and w.queue._queue[0] not in (_CLOSE, _DROP):  # type: ignore[attr-defined]
+                pending = w.queue._queue  # type: ignore[attr-defined]
+                while pending and pending[0] is not _CLOSE and pending[0] is not _DROP:
                     batch.append(w.queue.get_nowait())
                 await resp.write(b"".join(batch))
             await resp.write_eof()
@@ -567,7 +571,7 @@ class FakeApiServer:
         if meta.get("name") != name:
             return self._error(400, "BadRequest", "name in URL does not match name in Binding object")
         if target.get("kind", "Node") not in ("", "Node") or not target.get("name"):
-            return self._error(422, "Invalid", 'Binding.core "' + name + '" is invalid: target.name: Required value',
+            return self._error(422, "Invalid", f'Binding.core "{name}" is invalid: target.name: Required value',
                                {"name": name, "kind": "Binding"})
         key = _key(namespace, name)
         raw = self._objects["Pod"].get(key)
@@ -584,7 +588,8 @@ class FakeApiServer:
         elif pod.get("spec", {}).get("nodeName"):
             conflict = f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"'
         if conflict:
-            return self._error(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": {conflict}',
+            return self._error(409, "Conflict",
+                               f'Operation cannot be fulfilled on pods/binding "{name}": {conflict}',
                                {"name": name, "kind": "pods/binding"})
         pod.setdefault("spec", {})["nodeName"] = target["name"]
         conditions = pod.setdefault("status", {}).setdefault("conditions", [])
@@ -628,8 +633,8 @@ def node_obj(name: str, *, cpus: int = 128, numa: int = 2, amx: bool = True, lab
         },
         "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"]},
         "status": {
-            "capacity": {"cpu": str(cpus), "memory": "527988736Ki", "pods": "250", "ephemeral-storage": "1875382960Ki",
-                         "hugepages-1Gi": "0", "hugepages-2Mi": "0"},
+            "capacity": {"cpu": str(cpus), "memory": "527988736Ki", "pods": "250",
+                         "ephemeral-storage": "1875382960Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0"},
             "allocatable": {"cpu": str(cpus), "memory": "527886336Ki", "pods": "250",
                             "ephemeral-storage": "1728341186299", "hugepages-1Gi": "0", "hugepages-2Mi": "0"},
             "conditions": [
@@ -718,8 +723,8 @@ def pod_obj(name: str, *, namespace: str = "default", node: str | None = None, c
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name.rsplit("-", 1)[0],
                                  "uid": str(uuid.uuid4()), "controller": True, "blockOwnerDeletion": True}],
             "managedFields": [
-                {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": _ts(created),
-                 "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {
+                {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+                 "time": _ts(created), "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {
                      "f:generateName": {}, "f:labels": {".": {}, "f:app.kubernetes.io/name": {},
                                                         "f:pod-template-hash": {}},
                      "f:ownerReferences": {".": {}, f'k:{{"uid":"{uid}"}}': {}}},
@@ -737,9 +742,11 @@ def pod_obj(name: str, *, namespace: str = "default", node: str | None = None, c
     }
 
 
-def balloons_policy_obj(name: str = "default", namespace: str = "kube-system", *, reserved: str = "cpuset:0,1,64,65",
-                        balloon_types: Iterable[str] = ("vllm-balloon-tp1", "vllm-balloon-tp2"),
-                        nodes_status: dict[str, str] | None = None) -> dict[str, Any]:
+def balloons_policy_obj(
+    name: str = "default", namespace: str = "kube-system", *, reserved: str = "cpuset:0,1,64,65",
+    balloon_types: Iterable[str] = ("vllm-balloon-tp1", "vllm-balloon-tp2"),
+    nodes_status: dict[str, str] | None = None,
+) -> dict[str, Any]:
     obj: dict[str, Any] = {
         "apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
         "metadata": {"name": name, "namespace": namespace},
@@ -762,8 +769,8 @@ def nrt_obj(node: str, *, numa: int = 2, cpus_per_numa: int = 64) -> dict[str, A
                        {"name": "topologyManagerScope", "value": "container"}],
         "zones": [{"name": f"node-{i}", "type": "Node",
                    "costs": [{"name": f"node-{j}", "value": 10 if i == j else 21} for j in range(numa)],
-                   "resources": [{"name": "cpu", "capacity": str(cpus_per_numa), "allocatable": str(cpus_per_numa - 3),
-                                  "available": str(cpus_per_numa - 3)}]}
+                   "resources": [{"name": "cpu", "capacity": str(cpus_per_numa),
+                                  "allocatable": str(cpus_per_numa - 3), "available": str(cpus_per_numa - 3)}]}
                   for i in range(numa)],
     }
 
