@@ -91,7 +91,13 @@ class _Watcher:
     kind: str
     namespace: str | None
     bookmarks: bool
+    transport: asyncio.BaseTransport | None = None
     queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+
+    @property
+    def live(self) -> bool:
+        """Its client is still connected (a handler notices a hang-up only a moment later)."""
+        return self.transport is not None and not self.transport.is_closing()
 
 
 _DROP = object()  # end the stream abruptly, mid-line
@@ -270,7 +276,7 @@ class FakeApiServer:
         """Write a raw line into the open watch streams of ``kind`` (an ERROR event, garbage…)."""
 
         def run() -> int:
-            targets = [w for w in self._watchers if w.kind == kind]
+            targets = [w for w in self._watchers if w.live and w.kind == kind]
             for w in targets:
                 w.queue.put_nowait(line)
             return len(targets)
@@ -304,7 +310,7 @@ class FakeApiServer:
         def run() -> int:
             n = 0
             for w in self._watchers:
-                if w.bookmarks and (kind is None or w.kind == kind):
+                if w.live and w.bookmarks and (kind is None or w.kind == kind):
                     res = RESOURCES[w.kind]
                     line = orjson.dumps({
                         "type": "BOOKMARK",
@@ -327,7 +333,8 @@ class FakeApiServer:
         return self._call(run)
 
     def watch_count(self, kind: str | None = None) -> int:
-        return self._call(lambda: sum(1 for w in self._watchers if kind is None or w.kind == kind))
+        """Open watch streams (of ``kind``) whose client is still connected."""
+        return self._call(lambda: sum(1 for w in self._watchers if w.live and (kind is None or w.kind == kind)))
 
     def requests_for(self, kind: str, *, watch: bool | None = None) -> list[dict[str, str]]:
         res = RESOURCES[kind]
@@ -396,7 +403,7 @@ class FakeApiServer:
         for w in self._watchers:
             if kind is None or w.kind == kind:
                 w.queue.put_nowait(what)
-                n += 1
+                n += w.live
         return n
 
     def _keys(self, kind: str) -> list[str]:
@@ -520,7 +527,7 @@ class FakeApiServer:
             await resp.write_eof()
             return resp
 
-        w = _Watcher(res.kind, namespace, query.get("allowWatchBookmarks") in ("true", "1"))
+        w = _Watcher(res.kind, namespace, query.get("allowWatchBookmarks") in ("true", "1"), request.transport)
         if rv_s in ("", "0"):  # "any version": synthetic ADDED for the current state, then live
             store = self._objects[res.kind]
             backlog = [b'{"type":"ADDED","object":' + store[k] + b"}\n" for k in self._keys(res.kind)
