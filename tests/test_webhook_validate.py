@@ -1,0 +1,485 @@
+"""POST /validate over TLS against cluster snapshots (the demo fleet and small purpose-built ones): every
+refusal with its message and numbers, warn and skip modes, rolling updates, Deployments and StatefulSets
+(template × replicas), what is never judged, unreadable objects, the deadline, and no patch, ever.
+
+Pods go through the apiserver's own sequence: /mutate first, the patch applied, the name generated,
+then /validate — so the pod judged is the pod that would be stored."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+
+from placement.cluster import ClusterState
+from placement.config import Settings, load_settings
+from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are fixtures, used by name
+    AMX, BALLOON, CPUS, TP, TYPE, Answer, MakeWebhook, Obj, Webhook, decisions, make_webhook, objects_without,
+    review, wh,
+)
+from webhook.review import ReviewError, parse_review
+from webhook.routes import TIMINGS, Context, mutate_review, validate_review
+
+DEMO_ELIGIBLE = "the 6 eligible nodes"  # the AMX nodes: all but cpu-icx
+
+
+async def admitted(wh: Webhook, sent: Obj, timeout: str = "10s") -> Answer:
+    """What the validating webhook sees of a pod CREATE: the mutated pod, with its generated name."""
+    mutated = await wh.mutate(sent)
+    pod = mutated.pod
+    meta = pod["metadata"]
+    if not meta.get("name") and meta.get("generateName"):
+        meta["name"] = meta["generateName"] + "x7k2p"
+    request = copy.deepcopy(sent["request"])
+    request.update(uid=request["uid"] + "-validate", name=meta["name"], object=pod)
+    return await wh.validate({**sent, "request": request}, timeout)
+
+
+def kserve(uid: str = "", cpu: str | None = None, **annotations: str) -> Obj:
+    sent = review("ar-pod-kserve-rs.json", uid=uid or None)
+    pod = sent["request"]["object"]
+    pod["metadata"]["annotations"].update(annotations)
+    if cpu is not None:
+        pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "96Gi"},
+                                                     "limits": {"cpu": cpu, "memory": "96Gi"}}
+    return sent
+
+
+def refused(answer: Answer, *phrases: str) -> str:
+    assert answer.allowed is False and answer.code == 403, answer.response
+    for phrase in phrases:
+        assert phrase in answer.message, (phrase, answer.message)
+    return answer.message
+
+
+def workload(name: str, replicas: int | None = None, uid: str | None = None, cpu: str | None = None,
+             **annotations: str) -> Obj:
+    sent = review(name, uid=uid)
+    obj = sent["request"]["object"]
+    if replicas is not None:
+        obj["spec"]["replicas"] = replicas
+    template = obj["spec"]["template"]
+    template["metadata"].setdefault("annotations", {}).update(annotations)
+    if cpu is not None:
+        template["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "64Gi"},
+                                                          "limits": {"cpu": cpu, "memory": "64Gi"}}
+    return sent
+
+
+# ------------------------------------------------------------------------------------- small clusters
+
+
+def node(name: str, numa: int = 2, cores: int = 32) -> Obj:
+    """A Xeon node described by NFD labels: `numa` NUMA nodes of `cores` cores × 2 threads, AMX."""
+    cpus = str(numa * cores * 2)
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {
+                "kubernetes.io/hostname": name, AMX["key"]: "true",
+                "feature.node.kubernetes.io/cpu-hardware_multithreading": "true",
+                "feature.node.kubernetes.io/memory-numa.node_count": str(numa)}},
+            "spec": {}, "status": {"capacity": {"cpu": cpus}, "allocatable": {"cpu": cpus}}}
+
+
+def balloons_policy(*nodes: str) -> Obj:
+    """The default BalloonsPolicy: 12 reserved CPUs (3 cores per NUMA node of a 2-NUMA node), TP 1/2/4 types."""
+    return {"apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
+            "metadata": {"name": "default", "namespace": "kube-system"},
+            "spec": {"reservedResources": {"cpu": "12"},
+                     "balloonTypes": [{"name": "reserved", "namespaces": ["kube-system"]},
+                                      *({"name": f"vllm-balloon-tp{tp}", "hideHyperthreads": True}
+                                        for tp in (1, 2, 4))]},
+            "status": {"nodes": {n: {"status": "Success", "generation": 1} for n in nodes}}}
+
+
+def running(name: str, on: str, model: str, cpus: int, created: str = "2026-11-30T09:00:00Z") -> Obj:
+    """A model pod already pinned by us and running on `on`."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}", "creationTimestamp": created,
+                         "labels": {"model-manager.io/model": model},
+                         "annotations": {TYPE: "nri-balloons", TP: "1", CPUS: str(cpus * 2),
+                                         BALLOON + "main": "vllm-balloon-tp1"}},
+            "spec": {"nodeName": on, "containers": [{"name": "main", "resources": {
+                "requests": {"cpu": str(cpus), "memory": "64Gi"}, "limits": {"cpu": str(cpus), "memory": "64Gi"}}}]},
+            "status": {"phase": "Running"}}
+
+
+def model_pod(model: str, cpus: int, name: str | None = None) -> Obj:
+    """A bare model pod (as `kubectl apply` sends it) for the purpose-built clusters."""
+    sent = review("ar-pod-kubectl-run.json", uid=f"new-{model}-{cpus}")
+    pod = sent["request"]["object"]
+    pod["metadata"].update(name=name or f"{model}-new", labels={"model-manager.io/model": model})
+    sent["request"]["name"] = pod["metadata"]["name"]
+    pod["spec"]["containers"][0].update(name="main", resources={
+        "requests": {"cpu": str(cpus), "memory": "64Gi"}, "limits": {"cpu": str(cpus), "memory": "64Gi"}})
+    return sent
+
+
+@pytest.fixture
+async def full_node(make_webhook: MakeWebhook) -> Webhook:
+    """One node, both NUMA nodes (29 model cores each) filled by the two pods of model `big`."""
+    objects = [node("solo"), balloons_policy("solo"),
+               running("big-0", "solo", "big", 29), running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z")]
+    return await make_webhook(objects)  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------------------------- each refusal
+
+
+async def test_tp_outside_1_2_4_8_is_refused_with_the_supported_values(wh: Webhook) -> None:
+    for tp in ("0", "3"):
+        message = refused(await admitted(wh, kserve(f"tp-{tp}", **{"model-manager.io/tensor-parallel-size": tp})),
+                          f"tensor-parallel-size {tp} (from annotation model-manager.io/tensor-parallel-size)",
+                          "use 1, 2, 4 or 8")
+        assert "not supported" in message
+    sent = kserve("tp-6-args")
+    sent["request"]["object"]["spec"]["containers"][0]["args"][-1] = "6"
+    refused(await admitted(wh, sent), "tensor-parallel-size 6 (from --tensor-parallel-size in container "
+                                      "'kserve-container') is not supported")
+
+
+async def test_tp_larger_than_every_eligible_numa_count_names_the_largest_and_the_fix(wh: Webhook) -> None:
+    message = refused(await admitted(wh, kserve("tp-8", **{"model-manager.io/tensor-parallel-size": "8"})))
+    assert message == (f"TP=8 needs a node with at least 8 NUMA nodes; {DEMO_ELIGIBLE} have at most 4 "
+                       "(cpu-a1, cpu-a2, cpu-b1, cpu-full, …). Use tensor-parallel-size 4, or add a node with "
+                       "≥8 NUMA nodes.")
+    # Eligible nodes are those the pod may use: without the AMX requirement, cpu-icx counts too.
+    no_amx = kserve("tp-8-no-amx", **{"model-manager.io/tensor-parallel-size": "8",
+                                      "model-manager.io/require-amx": "false"})
+    refused(await admitted(wh, no_amx), "the 7 eligible nodes have at most 4")
+
+
+async def test_footprint_larger_than_any_empty_node_says_how_much_would_fit(wh: Webhook) -> None:
+    refused(await admitted(wh, kserve("too-big", cpu="31")),
+            "llm/llama3-8b-predictor-6c9f7d8b4-x7k2p needs balloon vllm-balloon-tp1: 1 NUMA node × 31 cores (62 CPUs)",
+            "more than any of the 6 eligible nodes with ≥1 NUMA nodes has even when empty",
+            "(largest: cpu-b1, 30 model cores per NUMA node)",
+            "Request at most cpu: 30 for TP=1, or use tensor-parallel-size 2")
+
+
+async def test_footprint_larger_than_what_is_free_now_shows_the_free_cores(wh: Webhook) -> None:
+    refused(await admitted(wh, kserve("on-full", **{"model-manager.io/node": "cpu-full"})),
+            "needs balloon vllm-balloon-tp1: 1 NUMA node × 16 cores (32 CPUs)",
+            "none of the 1 eligible nodes has that free now (most free: cpu-full: NUMA 0: 2/29, NUMA 1: 2/29 free "
+            "cores)", "The largest free block is 2 cores on one NUMA node")
+    # The same pod anywhere fits: the refusal was about free capacity, not the request.
+    assert (await admitted(wh, kserve("anywhere"))).allowed
+
+
+async def test_kubelet_static_names_the_container_without_memory_or_cpu(wh: Webhook) -> None:
+    sent = review("ar-pod-init-sidecar.json", uid="no-memory")
+    metrics_sidecar = sent["request"]["object"]["spec"]["containers"][1]
+    metrics_sidecar["resources"] = {"requests": {"cpu": "250m"}}
+    refused(await admitted(wh, sent), "llm/granite-8b: kubelet-static pins cores only for Guaranteed pods",
+            "container(s) metrics set no memory request or limit")
+    sent = review("ar-pod-init-sidecar.json", uid="no-cpu")
+    sent["request"]["object"]["spec"]["initContainers"][1]["resources"] = {"requests": {"memory": "256Mi"}}
+    refused(await admitted(wh, sent), "container(s) log-shipper set no cpu request or limit")
+    assert (await admitted(wh, review("ar-pod-init-sidecar.json", uid="complete"))).allowed
+
+
+async def test_explicit_balloon_type_no_policy_defines_is_refused(wh: Webhook) -> None:
+    refused(await admitted(wh, kserve("custom", **{"model-manager.io/nri-balloon": "vllm-balloon-custom"})),
+            "asks for balloon type vllm-balloon-custom, which no BalloonsPolicy defines for the 6 eligible nodes",
+            "remove the model-manager.io/nri-balloon annotation to use vllm-balloon-tp1")
+
+
+@pytest.mark.parametrize(("cpu", "phrase"), [("-3", "cpu '-3' is negative"),
+                                             ("abc", "cpu 'abc' is not a Kubernetes quantity"),
+                                             ("0", "requests no CPU")])
+async def test_absurd_resources_are_refused_with_the_core_message(wh: Webhook, cpu: str, phrase: str) -> None:
+    sent = kserve(f"cpu-{cpu}", cpu=cpu)
+    mutated = await wh.mutate(sent)
+    assert mutated.ops == [] and phrase in mutated.warning_text  # left as sent for /validate to refuse
+    refused(await admitted(wh, kserve(f"cpu-{cpu}-v", cpu=cpu)), phrase)
+
+
+# ------------------------------------------------------------------------------------- modes
+
+
+async def test_warn_mode_admits_with_the_refusal_as_warnings(make_webhook: MakeWebhook) -> None:
+    tp8 = {"model-manager.io/tensor-parallel-size": "8"}
+    by_env = await make_webhook(settings=load_settings(env={"MM_NRI_PREFLIGHT": "warn"}))
+    by_annotation = await make_webhook()
+    for server, sent in ((by_env, kserve("warn-env", **tp8)),
+                         (by_annotation, kserve("warn-ann", **tp8, **{"model-manager.io/preflight": "warn"}))):
+        answer = await admitted(server, sent)
+        assert answer.allowed and "status" not in answer.response
+        assert answer.warning_text == (f"TP=8 needs a node with at least 8 NUMA nodes; {DEMO_ELIGIBLE} have at most 4 "
+                                       "(cpu-a1, cpu-a2, cpu-b1, cpu-full, …). Use tensor-parallel-size 4, or add a "
+                                       "node with ≥8 NUMA nodes.")
+        assert len(answer.warnings) == 2 and all(len(w) <= 120 for w in answer.warnings)
+    # Enforce stays the default for everyone else.
+    assert not (await admitted(by_annotation, kserve("enforce", **tp8))).allowed
+
+
+async def test_skip_mode_admits_silently(make_webhook: MakeWebhook) -> None:
+    too_big = {"model-manager.io/tensor-parallel-size": "8"}
+    by_env = await make_webhook(settings=load_settings(env={"MM_NRI_SKIP_PREFLIGHT": "1"}))
+    answer = await admitted(by_env, kserve("skip-env", **too_big))
+    assert answer.allowed and not answer.warnings
+    wh = await make_webhook()
+    answer = await admitted(wh, kserve("skip-ann", **too_big, **{"model-manager.io/preflight": "skip"}))
+    assert answer.allowed and not answer.warnings
+
+
+async def test_nri_disabled_skips_the_nri_checks(make_webhook: MakeWebhook) -> None:
+    wh = await make_webhook(settings=load_settings(env={"MM_NRI_ENABLED": "false"}))
+    answer = await admitted(wh, kserve("nri-off", **{"model-manager.io/nri-balloon": "vllm-balloon-custom"}))
+    assert answer.allowed
+    # What NRI has nothing to do with is still checked.
+    assert not (await admitted(wh, kserve("nri-off-tp8", **{"model-manager.io/tensor-parallel-size": "8"}))).allowed
+
+
+async def test_best_effort_fallback_is_admitted_with_the_note_as_warnings(
+        make_webhook: MakeWebhook, demo_objects: list[Obj]) -> None:
+    wh = await make_webhook(objects_without(demo_objects, "BalloonsPolicy"))
+    answer = await admitted(wh, kserve("fallback"))
+    assert answer.allowed
+    assert answer.warning_text == ("llm/llama3-8b-predictor-6c9f7d8b4-x7k2p runs best-effort without exclusive cores: "
+                                   "no eligible node has a running NRI balloons plugin with balloon type "
+                                   "vllm-balloon-tp1.")
+    assert all(len(w) <= 120 for w in answer.warnings)
+
+
+# ------------------------------------------------------------------------------------- a model's own pods
+
+
+async def test_rolling_update_of_a_model_that_fills_its_node_is_admitted(full_node: Webhook) -> None:
+    # Another pod of `big` (a rollout's surge pod): its own old pods' cores count as free.
+    assert (await admitted(full_node, model_pod("big", 29))).allowed
+    # Any other model is refused: the node is full.
+    refused(await admitted(full_node, model_pod("other", 29)),
+            "none of the 1 eligible nodes has that free now (most free: solo: NUMA 0: 0/29, NUMA 1: 0/29 free cores)")
+    # The Deployment of `big` updated in place: its template × replicas, its own pods free.
+    update = workload("ar-deployment-update.json", replicas=2, cpu="29",
+                      **{"model-manager.io/tensor-parallel-size": "1"})
+    update["request"]["object"]["spec"]["template"]["metadata"]["labels"]["model-manager.io/model"] = "big"
+    assert (await full_node.validate(update)).allowed
+
+
+async def test_deployment_whose_replicas_fit_only_twice_is_refused_with_the_count(make_webhook: MakeWebhook) -> None:
+    wh = await make_webhook([node("solo"), balloons_policy("solo")])
+    sent = workload("ar-deployment-create.json", replicas=3, cpu="20", **{"model-manager.io/tensor-parallel-size": "1"})
+    refused(await wh.validate(sent), "llm/mixtral-8x7b: only 2 of 3",
+            "only 2 of 3 replicas fit at once (balloon vllm-balloon-tp1: 1 NUMA node × 20 cores (40 CPUs) each; "
+            "1 of 1 eligible nodes have room now)", "Use replicas: 2 or fewer")
+    assert (await wh.validate(workload("ar-deployment-create.json", replicas=2, uid="two", cpu="20",
+                                       **{"model-manager.io/tensor-parallel-size": "1"}))).allowed
+
+
+async def test_deployment_create_update_and_statefulset_on_the_demo_fleet(wh: Webhook) -> None:
+    assert (await wh.validate(review("ar-deployment-create.json"))).allowed  # TP=2 × 32 CPUs, 2 replicas
+    assert (await wh.validate(review("ar-deployment-update.json"))).allowed  # scaled 2 -> 3
+    # Four nodes can hold a TP=2 × 16-core balloon now: a fifth replica cannot.
+    refused(await wh.validate(workload("ar-deployment-update.json", replicas=5, uid="five")),
+            "llm/mixtral-8x7b: only 4 of 5 replicas fit at once",
+            "balloon vllm-balloon-tp2: 2 NUMA nodes × 16 cores (64 CPUs) each; 4 of 6 eligible nodes have room now",
+            "Use replicas: 4 or fewer")
+    assert (await wh.validate(review("ar-statefulset-create.json"))).allowed
+    refused(await wh.validate(workload("ar-statefulset-create.json", uid="sts-tp8",
+                                       **{"model-manager.io/tensor-parallel-size": "8"})),
+            "TP=8 needs a node with at least 8 NUMA nodes")
+    # Scaled to zero: nothing to place.
+    assert (await wh.validate(workload("ar-deployment-update.json", replicas=0, uid="zero",
+                                       **{"model-manager.io/tensor-parallel-size": "8"}))).allowed
+
+
+# ------------------------------------------------------------------------------------- never judged
+
+
+async def test_what_is_not_judged_is_admitted_without_a_word(wh: Webhook) -> None:
+    cases: list[tuple[str, Obj]] = []
+    plain = review("ar-pod-kserve-rs.json", uid="plain")
+    plain["request"]["object"]["metadata"]["labels"] = {"app": "web"}
+    cases.append(("non-model pod", plain))
+    tp8 = {"model-manager.io/tensor-parallel-size": "8"}
+    upd = kserve("pod-update", **tp8)
+    upd["request"].update(operation="UPDATE", oldObject=copy.deepcopy(upd["request"]["object"]))
+    cases.append(("pod UPDATE", upd))
+    delete = kserve("pod-delete", **tp8)
+    delete["request"].update(operation="DELETE", oldObject=delete["request"].pop("object"))
+    cases.append(("pod DELETE", delete))
+    mirror = kserve("mirror", **tp8, **{"kubernetes.io/config.mirror": "abc"})
+    cases.append(("mirror pod", mirror))
+    system = workload("ar-deployment-create.json", uid="kube-system", **tp8)
+    system["request"]["namespace"] = system["request"]["object"]["metadata"]["namespace"] = "kube-system"
+    cases.append(("kube-system Deployment", system))
+    ours = workload("ar-deployment-create.json", uid="ours", **tp8)
+    ours["request"]["namespace"] = ours["request"]["object"]["metadata"]["namespace"] = "model-placement"
+    cases.append(("our namespace", ours))
+    deleting = workload("ar-deployment-update.json", uid="deleting", **tp8)
+    deleting["request"]["object"]["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    cases.append(("Deployment being deleted", deleting))
+    scale = workload("ar-deployment-update.json", uid="scale", **tp8)
+    scale["request"]["subResource"] = "scale"
+    cases.append(("scale subresource", scale))
+    nonmodel = workload("ar-deployment-create.json", uid="nonmodel")
+    nonmodel["request"]["object"]["spec"]["template"]["metadata"]["labels"] = {"app": "web"}
+    cases.append(("non-model Deployment", nonmodel))
+    other = workload("ar-deployment-create.json", uid="daemonset", **tp8)
+    other["request"]["kind"] = other["request"]["requestKind"] = {"group": "apps", "version": "v1", "kind": "DaemonSet"}
+    other["request"]["object"]["kind"] = "DaemonSet"
+    cases.append(("DaemonSet", other))
+    for label, sent in cases:
+        answer = await wh.validate(sent)
+        assert answer.allowed and not answer.warnings and "status" not in answer.response, label
+
+
+async def test_dry_run_gets_the_same_verdict(wh: Webhook) -> None:
+    live = await admitted(wh, kserve("live", **{"model-manager.io/tensor-parallel-size": "8"}))
+    sent = kserve("dry", **{"model-manager.io/tensor-parallel-size": "8"})
+    sent["request"]["dryRun"] = True
+    dry = await admitted(wh, sent)
+    assert (dry.allowed, dry.message) == (live.allowed, live.message) == (False, live.message)
+
+
+async def test_unreadable_objects_that_claim_to_be_models_are_refused_others_admitted(wh: Webhook) -> None:
+    no_template = workload("ar-deployment-create.json", uid="no-template-spec")
+    del no_template["request"]["object"]["spec"]["template"]["spec"]
+    answer = await wh.validate(no_template)
+    assert not answer.allowed and answer.code == 400
+    assert answer.message == ("Deployment llm/mixtral-8x7b is labelled as a model but model-placement cannot read it: "
+                              "Deployment has no spec.template.spec")
+    bad_pod = kserve("containers-string")
+    bad_pod["request"]["object"]["spec"]["containers"] = "main"
+    answer = await wh.validate(bad_pod)
+    assert not answer.allowed and answer.code == 400
+    assert "cannot read it: spec.containers is a JSON string, expected an array" in answer.message
+    replicas = workload("ar-deployment-create.json", uid="replicas-string")
+    replicas["request"]["object"]["spec"]["replicas"] = "three"
+    answer = await wh.validate(replicas)
+    assert not answer.allowed and "spec.replicas is a JSON string, expected a whole number" in answer.message
+    no_object = kserve("no-object")
+    del no_object["request"]["object"]
+    answer = await wh.validate(no_object)
+    assert not answer.allowed and answer.code == 400 and "without request.object" in answer.message
+    deep = kserve("deep")
+    here = deep["request"]["object"]["spec"]
+    for _ in range(80):
+        here["x"] = {}
+        here = here["x"]
+    answer = await wh.validate(deep)
+    assert not answer.allowed and "nested deeper than 64 levels" in answer.message
+    # Not claiming to be a model: not ours to refuse, however odd.
+    plain = review("ar-pod-kserve-rs.json", uid="plain-odd")
+    plain["request"]["object"]["metadata"]["labels"] = {"app": "web"}
+    plain["request"]["object"]["spec"]["containers"] = "main"
+    assert (await wh.validate(plain)).allowed
+    await wh.still_serving()
+
+
+# ------------------------------------------------------------------------------------- deadline
+
+
+async def test_no_time_left_refuses_a_pod_and_admits_a_workload_with_a_warning(wh: Webhook) -> None:
+    answer = await wh.validate(kserve("late-pod"), timeout="0s")
+    assert not answer.allowed and answer.code == 503
+    assert "within the apiserver's 0s timeout" in answer.message and "Retry" in answer.message
+    answer = await wh.validate(review("ar-deployment-create.json"), timeout="0s")
+    assert answer.allowed and "no time left within the apiserver's 0s timeout" in answer.warning_text
+    # A non-model pod is not judged, so there is nothing to run out of time for.
+    plain = review("ar-pod-kserve-rs.json", uid="plain-late")
+    plain["request"]["object"]["metadata"]["labels"] = {"app": "web"}
+    assert (await wh.validate(plain, timeout="0s")).allowed
+    # A recent slow pre-flight (4 s) does not fit a 3 s budget; it fits 10 s.
+    wh.served.app[TIMINGS].record("validate", 4.0)
+    assert (await wh.validate(kserve("tight"), timeout="3s")).code == 503
+    assert (await wh.validate(kserve("roomy"), timeout="10s")).allowed
+
+
+# ------------------------------------------------------------------------------------- logs and metrics
+
+
+async def test_a_refusal_is_one_log_line_with_pod_check_and_numbers_and_one_count(
+        wh: Webhook, caplog: pytest.LogCaptureFixture) -> None:
+    # No balloon type exists for TP=8, so the resolved policy is best-effort; the check is what refused.
+    labels = {"webhook": "validate", "policy": "best-effort", "decision": "denied", "reason": "tp-exceeds-numa"}
+    before = decisions(**labels)
+    caplog.set_level(logging.INFO, logger="model_placement.webhook")
+    sent = kserve("log-me", **{"model-manager.io/tensor-parallel-size": "8"})
+    sent["request"]["object"]["metadata"]["name"] = "llama3-8b-predictor-6c9f7d8b4-x7k2p"
+    answer = await wh.validate(sent)
+    assert not answer.allowed
+    assert decisions(**labels) == before + 1
+    (line,) = [r for r in caplog.records if r.name == "model_placement.webhook"]
+    assert line.levelno == logging.WARNING and line.getMessage() == answer.message
+    assert (line.verb, line.decision, line.check, line.reason) == (  # type: ignore[attr-defined]
+        "validate", "denied", "tp-exceeds-numa", "tp-exceeds-numa")
+    assert line.pod == "llm/llama3-8b-predictor-6c9f7d8b4-x7k2p" and line.kind == "Pod"  # type: ignore[attr-defined]
+    assert "TP=8" in line.getMessage() and "at most 4" in line.getMessage()
+
+
+async def test_warnings_stay_within_what_the_apiserver_keeps(make_webhook: MakeWebhook) -> None:
+    """Many eligible nodes make a long message: every warning ≤ 120 characters, the text intact."""
+    nodes = [node(f"cpu-numa2-{i:03d}") for i in range(40)]
+    wh = await make_webhook([*nodes, balloons_policy(*(n["metadata"]["name"] for n in nodes))],
+                            Settings(preflight="warn"))
+    answer = await admitted(wh, kserve("long", **{"model-manager.io/tensor-parallel-size": "4"}))
+    assert answer.allowed and len(answer.warnings) >= 2
+    assert all(len(w) <= 120 for w in answer.warnings)
+    assert "the 40 eligible nodes have at most 2 (cpu-numa2-000, cpu-numa2-001" in answer.warning_text
+    assert answer.warning_text.endswith("Use tensor-parallel-size 2, or add a node with ≥4 NUMA nodes.")
+
+
+# ------------------------------------------------------------------------------------- fuzzing
+
+
+FIXTURES = ["ar-pod-kserve-rs.json", "ar-pod-kubectl-run.json", "ar-pod-two-terms.json", "ar-pod-init-sidecar.json",
+            "ar-pod-pre124-no-namespace.json", "ar-deployment-create.json", "ar-deployment-update.json",
+            "ar-statefulset-create.json"]
+ODD_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 100) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(["", "-3", "abc", "8", "1e400", "main", "kube-system", "Always", "CREATE", "Pod"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["cpu", "memory", "name", "requests", "kind", TP, "model-manager.io/tensor-parallel-size"]),
+        inner, max_size=3),
+    max_leaves=6)
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if prefix:
+        yield prefix
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        yield from _paths(child, (*prefix, key))
+
+
+@hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzzed_real_payloads_always_get_a_well_formed_answer(data: st.DataObject, demo: ClusterState,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Real payloads with random fields replaced or deleted: both webhooks answer in the wire format (or
+    the envelope is refused as a 400), a patch always applies, and the core never crashes."""
+    body = review(data.draw(st.sampled_from(FIXTURES)))
+    places = list(_paths(body))
+    for _ in range(data.draw(st.integers(1, 4))):
+        *parents, last = data.draw(st.sampled_from(places))
+        here: Any = body
+        try:
+            for key in parents:
+                here = here[key]
+            if data.draw(st.booleans()):
+                here[last] = data.draw(ODD_JSON)
+            elif isinstance(here, dict):
+                here.pop(last, None)
+        except (KeyError, IndexError, TypeError):
+            pass  # an earlier change removed or replaced a parent
+    try:
+        parsed = parse_review(body)
+    except ReviewError as exc:
+        assert str(exc)  # a 400 with this message, or an answer for exc.uid
+        return
+    caplog.clear()
+    for judge, mutating in ((mutate_review, True), (validate_review, False)):
+        outcome = judge(parsed, Context(demo))
+        text = json.dumps(outcome.review)
+        answer = Answer(body, 200, "application/json", text, mutating)
+        if answer.ops:
+            answer.pod  # noqa: B018 - applies to exactly what was sent
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
