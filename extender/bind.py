@@ -97,8 +97,10 @@ async def bind(runtime: Runtime, judge: Judge, args: BindArgs) -> Bound:
             return Bound(fit.reason, result)
         assumed = True
     if runtime.api_client is None:
-        # A snapshot has no watch to confirm the binding: the assumption lasts assume_ttl_seconds.
-        return Bound("", "assumed" if assumed else "bound")
+        # A snapshot has no watch to confirm the binding, and no API to make it: the ledger is the record.
+        if assumed:
+            cluster.confirm(args.uid)
+        return Bound("", "bound")
     from server.kubeapi import bind_pod
 
     loop = asyncio.get_running_loop()

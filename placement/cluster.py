@@ -307,12 +307,25 @@ class ClusterState:
         return ledger
 
     def ledger(self, name: str) -> NodeLedger | None:
+        ledger = self._ledgers.get(name)
+        if ledger is not None and name not in self._dirty:
+            return ledger
         if name not in self.nodes:
             return None
-        if name in self._dirty or name not in self._ledgers:
-            self._ledgers[name] = self._build(name)
-            self._dirty.discard(name)
-        return self._ledgers[name]
+        ledger = self._ledgers[name] = self._build(name)
+        self._dirty.discard(name)
+        return ledger
+
+    def rebuild_dirty(self, limit: int) -> int:
+        """Rebuild up to `limit` stale ledgers; the server calls this between requests so that a
+        policy change does not make one scheduling cycle pay for every node."""
+        done = 0
+        while self._dirty and done < limit:
+            name = self._dirty.pop()
+            if name in self.nodes:
+                self._ledgers[name] = self._build(name)
+                done += 1
+        return done
 
     def ledgers(self) -> list[NodeLedger]:
         return [self.ledger(n) for n in sorted(self.nodes)]  # type: ignore[misc]
@@ -362,6 +375,16 @@ class ClusterState:
             self._unindex(old)
         self._index(rec)
         return result
+
+    def confirm(self, uid: str) -> bool:
+        """Our own binding is known to have happened (a snapshot has no watch to show it)."""
+        rec = self.pods.get(uid)
+        if rec is None or rec.assumed_at is None:
+            return False
+        self.generation += 1
+        self._unindex(rec)
+        self._index(replace(rec, assumed_at=None))
+        return True
 
     def forget(self, uid: str) -> None:
         """Drop an assumption whose binding failed."""

@@ -10,6 +10,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from placement.quantity import QuantityError, cpu_milli
@@ -130,7 +131,12 @@ class Topology:
 def linux_layout(cores_per_numa: Iterable[int], threads_per_core: int, source: str) -> Topology:
     """Lay cores out the way Linux enumerates Xeon CPUs: primaries first by NUMA node, then each
     sibling level at +cores_total (`lscpu`: NUMA node0 CPU(s): 0-31,64-95)."""
-    counts = list(cores_per_numa)
+    return _layout(tuple(cores_per_numa), threads_per_core, source)
+
+
+@lru_cache(maxsize=256)
+def _layout(counts: tuple[int, ...], threads_per_core: int, source: str) -> Topology:
+    # A fleet has a handful of shapes: thousands of nodes share one immutable Topology.
     total = sum(counts)
     numa: list[NUMANode] = []
     first = 0
@@ -233,6 +239,14 @@ def spread_reserved(topology: Topology, count: int) -> CPUSet:
     """`count` CPUs spread evenly over NUMA nodes (lower ids take the remainder) and, within each,
     balanced between primary threads and their siblings: 3 CPUs on a 2-way SMT NUMA node are the
     primaries of its first two cores and the sibling of the first."""
+    counts, tpc = topology.shape()
+    return _spread(counts, tpc, count)
+
+
+@lru_cache(maxsize=1024)
+def _spread(counts: tuple[int, ...], tpc: int, count: int) -> CPUSet:
+    # Keyed by shape, not by Topology: hashing a whole topology costs more than it saves.
+    topology = _layout(counts, tpc, "labels")
     count = max(0, min(count, len(topology.cpus)))
     n = topology.numa_count
     chosen: list[int] = []
