@@ -651,15 +651,22 @@ class KubeSource:
 def list_once(
     state: Sink, api_client: client.ApiClient, *, page_size: int = 500,
     timeout: tuple[float, float] = (10.0, 120.0), resources: tuple[Resource, ...] = RESOURCES,
+    tune_gc: bool = True,
 ) -> dict[str, int]:
     """List every kind into ``state`` once, synchronously (``report`` / ``render --kubeconfig``).
 
     Returns the object count per kind; a CRD that is not installed is replaced by nothing and counts 0.
     """
     counts: dict[str, int] = {}
-    with BulkLoadGC():
+    bulk = BulkLoadGC() if tune_gc else None
+    if bulk is not None:
+        bulk.begin()
+    try:
         for res in resources:
             counts[res.kind] = _list_into(state, api_client, res, page_size, timeout)
+    finally:
+        if bulk is not None:
+            bulk.end()
     return counts
 
 

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from placement.cluster import ClusterState
 from placement.config import Settings
-from server.kubeapi import BindError, KubeApiError, bind_pod, get_json
+from server.kubeapi import BindError, KubeApiError, bind_pod, get_json, make_api_client
 import orjson
 
 from server.kubesource import Backoff, BulkLoadGC, KubeSource, list_once
@@ -430,7 +430,7 @@ def test_list_once_reads_everything(fake: FakeApiServer, api: client.ApiClient) 
     pods = seed(fake)
     fake.set_installed("NodeResourceTopology", False)
     state = cluster()
-    counts = list_once(state, api, page_size=2)
+    counts = list_once(state, api, page_size=2, tune_gc=False)
     assert counts == {"Node": 3, "Pod": 7, "BalloonsPolicy": 2, "NodeResourceTopology": 0}
     assert set(state.pods) == {p["metadata"]["uid"] for p in pods.values()}
     assert state.nrts == {}
@@ -446,7 +446,7 @@ def test_list_once_restarts_when_continue_expires(fake: FakeApiServer, api: clie
                 fake.expire_continue_tokens()
 
     sink = ExpiringSink()
-    list_once(sink, api, page_size=3)
+    list_once(sink, api, page_size=3, tune_gc=False)
     assert len(sink.objects["Pod"]) == 7
     assert [ev for ev, _ in sink.since(0, "Pod")].count("replace") == 2  # the list started over
 
@@ -506,3 +506,23 @@ async def test_bulk_load_gc_is_raised_during_sync_and_restored(fake: FakeApiServ
         src.stop()
         gc.unfreeze()
     assert gc.get_threshold() == before
+
+
+def test_make_api_client_from_kubeconfig_sends_its_token(fake: FakeApiServer, tmp_path: Any) -> None:
+    seed(fake)
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(f"""
+apiVersion: v1
+kind: Config
+clusters: [{{name: fake, cluster: {{server: "{fake.url}"}}}}]
+users: [{{name: me, user: {{token: s3cret}}}}]
+contexts: [{{name: fake, context: {{cluster: fake, user: me}}}}]
+current-context: fake
+""")
+    api_client = make_api_client(str(kubeconfig), False)
+    try:
+        state = cluster()
+        assert list_once(state, api_client, tune_gc=False)["Node"] == 3
+    finally:
+        api_client.close()
+    assert set(fake.authorization) == {"Bearer s3cret"}

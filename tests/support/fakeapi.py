@@ -123,6 +123,7 @@ class FakeApiServer:
         self.compacted_rv = 0
         self.record = record
         self.requests: deque[tuple[str, str, dict[str, str]]] = deque(maxlen=10_000)
+        self.authorization: deque[str | None] = deque(maxlen=10_000)  # the Authorization header of each request
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -447,6 +448,7 @@ class FakeApiServer:
         query = dict(request.query)
         if self.record:
             self.requests.append((request.method, request.path, query))
+            self.authorization.append(request.headers.get("Authorization"))
         route = self._route(request.path)
         if route is None or not self._installed[route[0].kind]:
             return self._error(404, "NotFound", "the server could not find the requested resource")
