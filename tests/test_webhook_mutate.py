@@ -635,8 +635,13 @@ async def test_no_time_left_admits_unchanged_with_a_warning(wh: Webhook) -> None
     answer = await wh.mutate(review("ar-pod-kserve-rs.json"), timeout="0s")
     assert answer.allowed and answer.ops == []
     assert "timeout" in answer.warning_text and "admitted unchanged" in answer.warning_text
-    # The core cost 3 s on a recent call: a 2 s budget cannot take it, a 10 s one can.
-    wh.served.app[TIMINGS].record("mutate", 3.0)
+    # One slow run (a resync's ledger rebuild) predicts nothing: the next call still runs.
+    timings = wh.served.app[TIMINGS]
+    timings.record("mutate", 3.0)
+    assert (await wh.mutate(review("ar-pod-kserve-rs.json", uid="one-spike"), timeout="2s")).ops
+    # The core typically costs 3 s lately: a 2 s budget cannot take it, a 10 s one can.
+    for _ in range(4):
+        timings.record("mutate", 3.0)
     answer = await wh.mutate(review("ar-pod-kserve-rs.json", uid="tight"), timeout="2s")
     assert answer.ops == [] and "2s timeout" in answer.warning_text
     answer = await wh.mutate(review("ar-pod-kserve-rs.json", uid="roomy"), timeout="10s")

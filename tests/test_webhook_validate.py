@@ -386,8 +386,9 @@ async def test_no_time_left_refuses_a_pod_and_admits_a_workload_with_a_warning(w
     plain = review("ar-pod-kserve-rs.json", uid="plain-late")
     plain["request"]["object"]["metadata"]["labels"] = {"app": "web"}
     assert (await wh.validate(plain, timeout="0s")).allowed
-    # A recent slow pre-flight (4 s) does not fit a 3 s budget; it fits 10 s.
-    wh.served.app[TIMINGS].record("validate", 4.0)
+    # Pre-flights typically costing 4 s lately do not fit a 3 s budget; they fit 10 s.
+    for _ in range(3):
+        wh.served.app[TIMINGS].record("validate", 4.0)
     assert (await wh.validate(kserve("tight"), timeout="3s")).code == 503
     assert (await wh.validate(kserve("roomy"), timeout="10s")).allowed
 

@@ -12,7 +12,7 @@ What the two webhooks do with what they cannot judge, and why:
   pinned; anything that does not claim to be a model is admitted untouched.
 - Deadline: the apiserver sends `?timeout=Ns`. The core is synchronous and, because `ClusterState` is not
   thread-safe, runs on the event loop thread (it is never offloaded). Before starting it we compare what
-  is left of the budget (timeout − margin) with what the core has recently cost; when it does not fit,
+  is left of the budget (timeout − margin) with what the core typically costs lately; when it does not fit,
   /mutate admits unchanged with a warning, and /validate does what the configured `failurePolicy` would
   do on a timeout — refuse a Pod (503, retry later; `Fail`), admit a Deployment/StatefulSet with a warning
   (`Ignore`: that webhook is advisory) — only sooner and with a message.
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -55,17 +56,22 @@ SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespac
 # -- the apiserver's deadline ------------------------------------------------------------------------
 
 class Timings:
-    """What the core has cost lately, per webhook: the worst run in a sliding window. A window (not a
-    running average) so that one slow run after a resync stops counting once it is old: degraded
-    answers do not run the core, so an average would never come back down."""
+    """What the core typically costs lately, per webhook: the median of the last runs in a sliding window,
+    and only once there are a few. One slow run (the first call after a resync rebuilds every node's
+    ledger) predicts nothing and must not turn the next minute of answers into degraded ones; sustained
+    slowness does. The window matters too: degraded answers do not run the core, so without it an
+    estimate could never come back down."""
 
-    def __init__(self, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, window: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 keep: int = 16, least: int = 3) -> None:
         self.window = window
         self.clock = clock
+        self.least = least
+        self.keep = keep
         self._runs: dict[str, deque[tuple[float, float]]] = {}
 
     def record(self, verb: str, seconds: float) -> None:
-        runs = self._runs.setdefault(verb, deque(maxlen=256))
+        runs = self._runs.setdefault(verb, deque(maxlen=self.keep))
         runs.append((self.clock(), seconds))
 
     def expected(self, verb: str) -> float:
@@ -75,7 +81,9 @@ class Timings:
         horizon = self.clock() - self.window
         while runs and runs[0][0] < horizon:
             runs.popleft()
-        return max((s for _, s in runs), default=0.0)
+        if len(runs) < self.least:
+            return 0.0
+        return statistics.median(s for _, s in runs)
 
 
 @dataclass(frozen=True, slots=True)
