@@ -193,13 +193,13 @@ def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any) -> None:
     cluster = ClusterState.from_objects(build_fleet(n_nodes, n_pods), settings)
     cluster.ledgers()  # the ledgers are built lazily; a synced server has built them
     built = time.perf_counter() - started
-    if gc_mode in ("freeze", "tuned"):
+    if gc_mode == "freeze":
         gc.collect()
         gc.freeze()  # the synced state is long-lived: keep the cyclic GC from walking it on every gen-2 pass
     if gc_mode == "tuned":
-        # A NodeList body parses into ~100k containers; with the default thresholds, promoting them while
-        # they are alive triggers a full collection every few requests (tens of ms each).
-        gc.set_threshold(700, 10, 1000)
+        from server.runner import tune_gc
+
+        tune_gc()  # what the server does after loading its state
 
     async def main() -> None:
         runner = web.AppRunner(build_app(Runtime(settings, cluster), "extender"), access_log=None)

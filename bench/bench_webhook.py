@@ -1,0 +1,164 @@
+"""Benchmark: POST /mutate over TLS with keep-alive, 32 concurrent clients, a realistic KServe pod.
+
+Baseline, measured in the same run and the same conditions: a bare aiohttp handler that parses the
+same AdmissionReview and returns the same JSON. Each server runs in its own process (the client in
+this one), so the two cores are shared the same way in both runs.
+
+    python bench/bench_webhook.py [--requests 6000] [--clients 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SERVER_NAME = "model-placement-webhook.model-placement.svc"
+
+
+def review() -> dict:
+    """The ReplicaSet-created KServe predictor pod the apiserver sends, with a realistic spec."""
+    body = json.loads((ROOT / "tests/fixtures/admissionreview-v1-pod-create.json").read_text())
+    pod = body["request"]["object"]
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "16", "memory": "96Gi"},
+                                                 "limits": {"cpu": "16", "memory": "96Gi"}}
+    pod["spec"]["containers"][0]["env"] = [{"name": f"VLLM_VAR_{i}", "value": str(i)} for i in range(12)]
+    pod["spec"]["volumes"] = [{"name": "kserve-provision-location", "emptyDir": {}},
+                              {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {
+                                  "expirationSeconds": 3607, "path": "token"}}]}}]
+    return body
+
+
+# -- the server processes -----------------------------------------------------------------------------
+
+def _serve(mode: str, cert: str, key: str, port_file: str) -> None:
+    from certs import server_ssl_context
+    from placement.cluster import ClusterState
+    from placement.config import Settings
+    from server.app import Runtime
+    from server.cli import demo_text, load_objects
+    from server.runner import build_app
+
+    if mode == "ours":
+        settings = Settings()
+        runtime = Runtime(settings, ClusterState.from_objects(load_objects(demo_text()), settings))
+        app = build_app(runtime, "webhook")
+    else:
+        async def bare(request: web.Request) -> web.Response:
+            return web.Response(body=orjson.dumps(orjson.loads(await request.read())), content_type="application/json")
+
+        app = web.Application()
+        app.router.add_post("/mutate", bare)
+
+    async def main() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl_context(cert, key).context)
+        await site.start()
+        Path(port_file).write_text(str(site._server.sockets[0].getsockname()[1]))  # type: ignore[union-attr]
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# -- the client ---------------------------------------------------------------------------------------
+
+async def _load(port: int, ca: str, body: bytes, requests: int, clients: int) -> tuple[float, list[float], int]:
+    ctx = ssl.create_default_context(cafile=ca)
+    latencies: list[float] = []
+    errors = 0
+    connector = aiohttp.TCPConnector(limit=clients, ssl=ctx)
+    url = f"https://127.0.0.1:{port}/mutate?timeout=10s"
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def one() -> None:
+            nonlocal errors
+            t0 = time.perf_counter()
+            async with session.post(url, data=body, headers=headers, server_hostname=SERVER_NAME) as resp:
+                payload = await resp.read()
+                if resp.status != 200 or b'"response"' not in payload and b'"request"' not in payload:
+                    errors += 1
+            latencies.append(time.perf_counter() - t0)
+
+        for _ in range(clients):  # warm up every connection (TLS handshakes are not what we measure)
+            await one()
+        latencies.clear()
+        todo = iter(range(requests))
+
+        async def worker() -> None:
+            for _ in todo:
+                await one()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        elapsed = time.perf_counter() - started
+    return elapsed, latencies, errors
+
+
+def measure(mode: str, requests: int, clients: int, tls_dir: Path) -> dict[str, float]:
+    port_file = tls_dir / f"{mode}.port"
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", mode, str(tls_dir / "tls.crt"),
+                             str(tls_dir / "tls.key"), str(port_file)], cwd=ROOT)
+    try:
+        for _ in range(200):
+            if port_file.exists() and port_file.read_text():
+                break
+            time.sleep(0.05)
+        port = int(port_file.read_text())
+        elapsed, lat, errors = asyncio.run(_load(port, str(tls_dir / "ca.crt"), orjson.dumps(review()),
+                                                 requests, clients))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    lat.sort()
+    return {"rps": requests / elapsed, "p50_ms": statistics.median(lat) * 1e3,
+            "p99_ms": lat[int(len(lat) * 0.99) - 1] * 1e3, "errors": errors}
+
+
+def run(requests: int = 6000, clients: int = 32) -> list[dict[str, object]]:
+    from certs import write_bundle
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tls_dir = Path(tmp)
+        write_bundle("model-placement-webhook", "model-placement", tls_dir)
+        bare = measure("bare", requests, clients, tls_dir)
+        ours = measure("ours", requests, clients, tls_dir)
+    return [
+        {"bench": "webhook /mutate (TLS, 32 clients)", "variant": "bare aiohttp parse+echo", **bare},
+        {"bench": "webhook /mutate (TLS, 32 clients)", "variant": "model-placement", **ours,
+         "ratio": ours["rps"] / bare["rps"]},
+    ]
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
+        _serve(*sys.argv[2:6])
+        return
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--requests", type=int, default=6000)
+    p.add_argument("--clients", type=int, default=32)
+    args = p.parse_args()
+    rows = run(args.requests, args.clients)
+    print(f"{'variant':<28} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}  ratio")
+    for r in rows:
+        ratio = f"{r['ratio']:.2f} (goal ≥ 0.5)" if "ratio" in r else "baseline"
+        print(f"{r['variant']:<28} {r['rps']:>8.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['errors']:>6}  {ratio}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()
