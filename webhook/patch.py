@@ -14,10 +14,10 @@ does not apply rejects the pod even under `failurePolicy: Ignore`):
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
+import orjson
 
 
 class PatchError(ValueError):
@@ -32,11 +32,11 @@ def same(a: Any, b: Any) -> bool:
     """JSON equality: unlike Python's `==`, `true` is not `1` and `1` is not `"1"`."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
+    if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, (Mapping, list)) or isinstance(b, (Mapping, list)):
+    if isinstance(a, (dict, list)) or isinstance(b, (dict, list)):
         return False
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
@@ -51,9 +51,8 @@ def make_patch(src: Any, dst: Any) -> list[dict[str, Any]]:
 
 
 def _diff(src: Any, dst: Any, path: str, ops: list[dict[str, Any]]) -> None:
-    if same(src, dst):
-        return
-    if isinstance(src, Mapping) and isinstance(dst, Mapping):
+    # One walk, no subtree comparisons on the way down: comparing before descending made it quadratic.
+    if isinstance(src, dict) and isinstance(dst, dict):
         for key in src:
             if key not in dst:
                 ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
@@ -73,13 +72,16 @@ def _diff(src: Any, dst: Any, path: str, ops: list[dict[str, Any]]) -> None:
         for i in range(common, len(dst)):
             ops.append({"op": "add", "path": f"{path}/{i}", "value": copy.deepcopy(dst[i])})
         return
+    if same(src, dst):
+        return
     # Different types, or different scalars: the value is replaced where it stands.
     ops.append({"op": "replace", "path": path, "value": copy.deepcopy(dst)})
 
 
 def apply_patch(src: Any, ops: list[dict[str, Any]]) -> Any:
     """Apply with `jsonpatch`, a separate implementation from ours; `src` is not modified."""
-    return jsonpatch.apply_patch(src, ops, in_place=False)
+    # jsonpatch's own copy is copy.deepcopy; a JSON round trip through orjson is ~10x cheaper.
+    return jsonpatch.apply_patch(orjson.loads(orjson.dumps(src)), ops, in_place=True)
 
 
 def checked_patch(src: Any, dst: Any) -> list[dict[str, Any]]:
@@ -91,6 +93,6 @@ def checked_patch(src: Any, dst: Any) -> list[dict[str, Any]]:
         result = apply_patch(src, ops)
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError, IndexError) as exc:
         raise PatchError(f"patch does not apply to the original: {exc}") from None
-    if not same(result, dst):
+    if orjson.dumps(result, option=orjson.OPT_SORT_KEYS) != orjson.dumps(dst, option=orjson.OPT_SORT_KEYS):
         raise PatchError("patch applied to the original does not give the mutated object")
     return ops

@@ -137,10 +137,11 @@ def too_deep(value: Any, limit: int) -> bool:
         item, depth = stack.pop()
         if depth > limit:
             return True
-        if isinstance(item, Mapping):
-            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (Mapping, list)))
+        # JSON decodes to dict and list: concrete type checks are far cheaper than the Mapping ABC.
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
         elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item if isinstance(v, (Mapping, list)))
+            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
     return False
 
 
