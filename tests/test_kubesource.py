@@ -412,7 +412,7 @@ async def test_stop_is_prompt(fake: FakeApiServer, api: client.ApiClient) -> Non
     await eventually(lambda: fake.watch_count() == 0, what="server to see the streams closed")
 
 
-async def test_stop_while_apiserver_down(api: client.ApiClient) -> None:
+async def test_stop_while_apiserver_down() -> None:
     down = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))  # nothing listens there
     src = KubeSource(cluster(), down, backoff_base=5.0, backoff_cap=5.0, tune_gc=False)
     src.start()
