@@ -39,6 +39,32 @@ def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
     return orjson.loads(orjson.dumps(obj))
 
 
+def _writable(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A new pod whose parts this module writes (metadata, spec, affinity, containers and their
+    resources) are copies; everything else is shared with the input. Sharing is what lets the patch
+    builder skip untouched subtrees by identity, and nothing here writes to a shared part."""
+    out = dict(pod)
+    meta = out["metadata"] = dict(out.get("metadata") or {})
+    if meta.get("annotations") is not None:
+        meta["annotations"] = dict(meta["annotations"])
+    spec = out["spec"] = dict(out.get("spec") or {})
+    if spec.get("affinity") is not None:
+        spec["affinity"] = _copy(spec["affinity"])
+    for section in ("initContainers", "containers"):
+        if isinstance(spec.get(section), list):
+            spec[section] = [_writable_container(c) for c in spec[section]]
+    return out
+
+
+def _writable_container(container: Any) -> Any:
+    if not isinstance(container, dict):
+        return container
+    out = dict(container)
+    if out.get("resources") is not None:
+        out["resources"] = _copy(out["resources"])
+    return out
+
+
 def skip_reason(pod: Mapping[str, Any], namespace: str, cluster: ClusterState) -> str | None:
     """Pods we never touch, whatever the webhook configuration sends us."""
     meta = pod.get("metadata") or {}
@@ -59,8 +85,8 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
     if skipped:
         return Mutation(_copy(pod), None, None, skipped)
     settings = cluster.settings
-    out: dict[str, Any] = _copy(pod)
-    spec = out.setdefault("spec", {})
+    out = _writable(pod)
+    spec = out["spec"]
     demand = read_model_pod(out, settings, namespace)
 
     # Affinity first: which nodes are eligible decides whether NRI can be honoured.

@@ -52,6 +52,9 @@ def make_patch(src: Any, dst: Any) -> list[dict[str, Any]]:
 
 def _diff(src: Any, dst: Any, path: str, ops: list[dict[str, Any]]) -> None:
     # One walk, no subtree comparisons on the way down: comparing before descending made it quadratic.
+    # The mutation shares what it did not touch, so an identical object is an unchanged subtree.
+    if src is dst:
+        return
     if isinstance(src, dict) and isinstance(dst, dict):
         for key in src:
             if key not in dst:
