@@ -41,6 +41,11 @@ def parse_quantity(value: object, what: str = "quantity") -> Decimal:
 
 def cpu_milli(value: object) -> int:
     """CPU quantity -> millicores, rounded up as the apiserver does. Negative or absurd values raise."""
+    # Fast path for the forms the apiserver normalises to ("2", "500m"): every pod event reads them.
+    if type(value) is str and value.isascii() and value.isdigit() and len(value) < 10:
+        return int(value) * 1000
+    if type(value) is str and value[-1:] == "m" and value.isascii() and value[:-1].isdigit() and len(value) < 13:
+        return int(value[:-1])
     amount = parse_quantity(value, "cpu")
     if amount < 0:
         raise QuantityError(f"cpu {value!r} is negative")

@@ -107,3 +107,19 @@ def test_shared_pool_request_follows_kubelet_effective_request() -> None:
     assert pod_shared_cpu_milli(spec) == 4000  # the init container's peak beats 1 + 2 + 0.5
     spec["initContainers"][0]["resources"]["requests"]["cpu"] = "1"
     assert pod_shared_cpu_milli(spec) == 3500
+
+
+@pytest.mark.parametrize("value,milli", [("2", 2000), ("500m", 500), ("1.5", 1500), ("0.1", 100), ("2e3", 2_000_000),
+                                         ("1k", 1_000_000), (4, 4000), ("250m", 250)])
+def test_cpu_quantities(value: object, milli: int) -> None:
+    from placement.quantity import cpu_milli
+
+    assert cpu_milli(value) == milli
+
+
+@pytest.mark.parametrize("value", ["１２", "m", "", "1.2.3", "-1", "abc", None, True, "1Gi8"])
+def test_cpu_quantities_rejected(value: object) -> None:
+    from placement.quantity import QuantityError, cpu_milli
+
+    with pytest.raises(QuantityError):
+        cpu_milli(value)
