@@ -4,12 +4,13 @@ Deployment / StatefulSet times its replicas. The webhook and `render` both call 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from placement.cluster import ClusterState
 from placement.mutation import Mutation, mutate_pod
-from placement.preflight import NRI_FALLBACK, Verdict, preflight, short_warning
+from placement.demand import OUT_TYPE
+from placement.preflight import NRI_FALLBACK, Verdict, preflight
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
@@ -58,7 +59,7 @@ class Decision:
     mode: str  # enforce | warn | skip | "" when the object is not a model pod
     check: str
     message: str  # the refusal (or, in warn mode, what would have been refused)
-    warnings: tuple[str, ...]
+    warnings: tuple[str, ...]  # notes worth telling even when admitted, untruncated
     mutation: Mutation
     verdict: Verdict | None
     replicas: int
@@ -74,9 +75,11 @@ class Decision:
         return self.check
 
 
-def validate(subject: Subject, cluster: ClusterState) -> Decision:
+def validate(subject: Subject, cluster: ClusterState, require_mutated: bool = False) -> Decision:
     """The pre-flight verdict under the pod's mode. The object is judged as it will be scheduled:
-    our own mutation is applied first (it is idempotent, so an already mutated pod is unchanged)."""
+    our own mutation is applied first (it is idempotent, so an already mutated pod is unchanged).
+    With `require_mutated` (the webhook, for a Pod), a model pod our mutating webhook never saw is
+    refused: it would run unpinned, and its ReplicaSet retries once the mutating webhook is back."""
     mutation = mutate_pod(subject.pod, cluster, subject.namespace)
     demand = mutation.demand
     if demand is None:
@@ -85,24 +88,26 @@ def validate(subject: Subject, cluster: ClusterState) -> Decision:
     if mode == "skip" or subject.replicas == 0:
         return Decision(True, mode, "skipped", "", (), mutation, None, subject.replicas)
     verdict = preflight(demand, mutation.pod["spec"], cluster, subject.replicas, mutation.resolution)
-    notes = tuple(short_warning(n) for n in verdict.notes)
+    if verdict.allowed and require_mutated and subject.kind == "Pod" and not _mutated(subject.pod):
+        verdict = replace(verdict, allowed=False, check=NOT_MUTATED, message=(
+            f"{demand.pod} was not processed by the model-placement mutating webhook (it has no {OUT_TYPE} "
+            "annotation), so it would run without CPU pinning. The mutating webhook was probably unavailable: "
+            "check `kubectl -n model-placement get pods,endpoints`; a Deployment's ReplicaSet retries on its own."))
     if verdict.allowed:
-        return Decision(True, mode, verdict.check, "", notes, mutation, verdict, subject.replicas)
+        return Decision(True, mode, verdict.check, "", verdict.notes, mutation, verdict, subject.replicas)
     if not cluster.settings.nri_enabled and verdict.check in NRI_CHECKS:
-        return Decision(True, mode, "skipped", "", notes, mutation, verdict, subject.replicas)
-    if mode == "warn":
-        return Decision(True, mode, verdict.check, verdict.message,
-                        (short_warning(verdict.message), *split_warning(verdict.message), *notes),
-                        mutation, verdict, subject.replicas)
-    return Decision(False, mode, verdict.check, verdict.message, notes, mutation, verdict, subject.replicas)
+        return Decision(True, mode, "skipped", "", verdict.notes, mutation, verdict, subject.replicas)
+    # warn mode admits and tells the same text; the webhook splits it into warnings the apiserver keeps.
+    allowed = mode == "warn"
+    return Decision(allowed, mode, verdict.check, verdict.message, verdict.notes, mutation, verdict,
+                    subject.replicas)
 
 
+def _mutated(pod: Mapping[str, Any]) -> bool:
+    return OUT_TYPE in ((pod.get("metadata") or {}).get("annotations") or {})
+
+
+NOT_MUTATED = "not-mutated"
 NRI_CHECKS = ("balloon-type-missing", "nri-not-running", "balloon-type-max-cpus", "max-balloons-reached",
               NRI_FALLBACK)
 
-
-def split_warning(text: str, size: int = 240) -> tuple[str, ...]:
-    """The whole text in pieces the apiserver will not truncate (it cuts warnings over 256 characters)."""
-    if len(text) <= 120:
-        return ()
-    return tuple(text[i:i + size] for i in range(0, len(text), size))

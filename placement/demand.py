@@ -200,7 +200,8 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
     name = str(container.get("name", ""))
 
     tp, tp_source = 1, "default"
-    for key, source in ((OUT_TP, f"annotation {OUT_TP}"), (ANN_TP, f"annotation {ANN_TP}")):
+    # The user's own annotation first: ours only restates it, and must not hide a bad value.
+    for key, source in ((ANN_TP, f"annotation {ANN_TP}"), (OUT_TP, f"annotation {OUT_TP}")):
         if annotations.get(key) is not None:
             tp, problem = _parse_tp(annotations[key], source)
             tp_source = source

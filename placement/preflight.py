@@ -27,7 +27,6 @@ REPLICAS = "replicas-do-not-fit"
 NRI_FALLBACK = "nri-resolution-failed"
 NRI_DISABLED = "nri-disabled"
 
-WARNING_LIMIT = 120  # the apiserver's advice for one warning
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +247,3 @@ def _room_when_empty(ledger: NodeLedger, demand: ModelDemand) -> int:
         return sum(ledger.capacity) * ledger.threads_per_core
     # Our balloon types hide hyperthreads: one requested CPU is one core.
     return per_numa * demand.tp
-
-
-def short_warning(text: str) -> str:
-    return text if len(text) <= WARNING_LIMIT else text[: WARNING_LIMIT - 1] + "…"

@@ -390,7 +390,15 @@ async def test_no_time_left_refuses_a_pod_and_admits_a_workload_with_a_warning(w
     for _ in range(3):
         wh.served.app[TIMINGS].record("validate", 4.0)
     assert (await wh.validate(kserve("tight"), timeout="3s")).code == 503
-    assert (await wh.validate(kserve("roomy"), timeout="10s")).allowed
+    assert (await admitted(wh, kserve("roomy"), timeout="10s")).allowed
+
+
+async def test_a_model_pod_the_mutating_webhook_never_saw_is_refused(wh: Webhook) -> None:
+    # mutate has failurePolicy Ignore: when it was down, the pod arrives here unmutated and would run unpinned.
+    answer = await wh.validate(kserve("unmutated"))
+    refused(answer, "was not processed by the model-placement mutating webhook",
+            "cpu-policy.model-manager.io/type", "retries")
+    assert (await admitted(wh, kserve("mutated"))).allowed
 
 
 # ------------------------------------------------------------------------------------- logs and metrics

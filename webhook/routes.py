@@ -269,7 +269,7 @@ def validate_review(review: Review, ctx: Context) -> Outcome:
         return _out_of_time(uid, subject, label, ctx)
     started = time.monotonic()
     try:
-        decision = validate(subject, ctx.cluster)
+        decision = validate(subject, ctx.cluster, require_mutated=True)
     except Exception as exc:  # noqa: BLE001 - answer, log, and let the failure policy logic decide
         log.exception("pre-flight failed", extra={"verb": "validate", "pod": label, "uid": uid})
         return _unreadable(uid, obj, label, f"pre-flight failed ({type(exc).__name__})", ctx)
