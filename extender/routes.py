@@ -12,6 +12,7 @@ import time
 from itertools import chain, islice
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from extender import wire
@@ -73,7 +74,14 @@ async def handle_filter(request: web.Request) -> web.Response:
     args, ref = await _read_args(request, "filter", judge)
     asked = judge.fits_asked
     out = filter_nodes(judge, ref, args.names)
-    response, ms = _respond(wire.filter_result(args, out.passed, out.failed, out.unresolvable), started)
+    try:
+        response, ms = _respond(wire.filter_result(args, out.passed, out.failed, out.unresolvable), started)
+    except orjson.JSONEncodeError as exc:
+        # The NodeList form echoes the passing Node objects: orjson reads 1,024 levels but writes only 254.
+        # No v1.Node nests that deep, so the request is at fault, not the answer.
+        message = f"ExtenderArgs.Nodes cannot be answered with: {exc} (a v1.NodeList is never nested this deep)"
+        log.warning("bad request", extra={"verb": "filter", "error": message, "path": request.path})
+        raise BadRequest(message) from None
     _PASSED.inc(len(out.passed))
     _FAILED.inc(len(out.failed))
     _UNRESOLVABLE.inc(len(out.unresolvable))
