@@ -278,13 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(yaml.safe_dump_all(balloons_policies(state, args.nodes, args.namespace), sort_keys=False))
             return 0
-    except LookupError as exc:
-        print(f"model-placement: {exc}", file=sys.stderr)
-        return 2
-    except ConfigError as exc:
-        print(f"model-placement: {exc}", file=sys.stderr)
-        return 2
-    except (OSError, yaml.YAMLError) as exc:
+    except (LookupError, ConfigError, OSError, yaml.YAMLError) as exc:
         print(f"model-placement: {exc}", file=sys.stderr)
         return 2
     return 1
