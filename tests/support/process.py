@@ -1,0 +1,72 @@
+"""Run `model-placement serve | webhook | extender` as a real subprocess: its port from the `listening` log
+line, every JSON log line kept (a full stderr pipe would stall it), SIGTERM to stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def command() -> list[str]:
+    """The installed console script when it sits next to this interpreter, else the module."""
+    script = Path(sys.executable).with_name("model-placement")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "server.cli"]
+
+
+class ServerProcess:
+    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, wait: bool = True) -> None:
+        self.proc = subprocess.Popen([*command(), *args], cwd=ROOT, stderr=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+        self.lines: list[dict[str, Any]] = []
+        self.listening = threading.Event()
+        self.url = ""
+        self.port = 0
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        if wait and not self.listening.wait(30):
+            self.kill()
+            raise AssertionError(f"server never said it was listening; last lines: {self.lines[-5:]}")
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                entry = {"level": "raw", "msg": raw.decode(errors="replace")}
+            self.lines.append(entry)
+            if entry.get("msg") == "listening":
+                self.url = entry["path"]
+                self.port = int(self.url.rsplit(":", 1)[1])
+                self.listening.set()
+        self.listening.set()  # the process ended
+
+    def logged(self, msg: str) -> list[dict[str, Any]]:
+        return [e for e in self.lines if e.get("msg") == msg]
+
+    def problems(self) -> list[dict[str, Any]]:
+        """Error lines, tracebacks and anything that is not a JSON log line."""
+        return [e for e in self.lines if e.get("level") in ("error", "critical", "raw") or "Traceback" in str(e)]
+
+    def wait(self, timeout: float = 20) -> int:
+        code = self.proc.wait(timeout)
+        self.reader.join(5)
+        return code
+
+    def stop(self, timeout: float = 20) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
