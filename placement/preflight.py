@@ -26,6 +26,10 @@ CPU_MISSING = "cpu-missing"
 REPLICAS = "replicas-do-not-fit"
 NRI_FALLBACK = "nri-resolution-failed"
 NRI_DISABLED = "nri-disabled"
+# Replicas placed one by one, at most. Each copy costs a fit (tens of µs), and the event loop waits: a
+# Deployment of a million tiny replicas would hold it for tens of seconds, past the apiserver's timeout.
+# Beyond this many the workload is admitted with a note; its pods are still checked one by one as created.
+MAX_SIMULATED_REPLICAS = 2_000
 
 
 
@@ -160,8 +164,12 @@ def preflight(
     if not feasible:
         return _explain_no_fit(resolved, eligible, ranked, cluster)
     if replicas > 1:
-        placed = _simulate_replicas(resolved, eligible, cluster, replicas)
-        if placed < replicas:
+        simulated = min(replicas, MAX_SIMULATED_REPLICAS)
+        placed = _simulate_replicas(resolved, eligible, cluster, simulated)
+        if placed == simulated < replicas:
+            notes = (*notes, f"{demand.pod}: the pre-flight placed the first {simulated:,} of {replicas:,} replicas "
+                             "and stopped there; the others are checked one by one as their pods are created.")
+        elif placed < replicas:
             return Verdict(False, REPLICAS,
                            f"{demand.pod}: only {placed} of {replicas} replicas fit at once "
                            f"({feasible[0].footprint.describe() if feasible[0].footprint else ''} each; "
