@@ -6,49 +6,74 @@ looks only at nodes the scheduler could really use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def _requirement(req: Mapping[str, Any], value: str | None) -> bool:
+Matcher = Callable[[str, Mapping[str, str]], bool]  # (node name, node labels) -> may the pod land there?
+
+
+def _requirement(req: Mapping[str, Any]) -> Callable[[str | None], bool]:
+    """One NodeSelectorRequirement, read once: the test of a node's value (None when the node has none)."""
     op = req.get("operator")
-    values = [str(v) for v in req.get("values") or ()]
+    listed = [str(v) for v in req.get("values") or ()]
+    values = frozenset(listed)
     if op == "In":
-        return value is not None and value in values
+        return lambda value: value is not None and value in values
     if op == "NotIn":
-        return value is None or value not in values
+        return lambda value: value is None or value not in values
     if op == "Exists":
-        return value is not None
+        return lambda value: value is not None
     if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        return lambda value: value is None
+    if op in ("Gt", "Lt") and len(listed) == 1:
         try:
-            have, bound = int(value), int(values[0])
+            bound = int(listed[0])
         except ValueError:
-            return False
-        return have > bound if op == "Gt" else have < bound
-    return False
+            return lambda value: False
+        greater = op == "Gt"
+
+        def compare(value: str | None) -> bool:
+            if value is None:
+                return False
+            try:
+                have = int(value)
+            except ValueError:
+                return False
+            return have > bound if greater else have < bound
+
+        return compare
+    return lambda value: False
 
 
-def _term(term: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> bool:
-    exprs: Sequence[Mapping[str, Any]] = term.get("matchExpressions") or ()
-    fields: Sequence[Mapping[str, Any]] = term.get("matchFields") or ()
+def _term(term: Mapping[str, Any]) -> Matcher:
+    exprs = [(str(r.get("key")), _requirement(r)) for r in term.get("matchExpressions") or ()]
+    fields = [(r.get("key") == "metadata.name", _requirement(r)) for r in term.get("matchFields") or ()]
     if not exprs and not fields:
-        return False  # an empty term matches nothing (core/v1 NodeSelectorTerm)
-    return all(_requirement(r, labels.get(str(r.get("key")))) for r in exprs) and all(
-        _requirement(r, name if r.get("key") == "metadata.name" else None) for r in fields
-    )
+        return lambda name, labels: False  # an empty term matches nothing (core/v1 NodeSelectorTerm)
+    return lambda name, labels: all(test(labels.get(key)) for key, test in exprs) and all(
+        test(name if is_name else None) for is_name, test in fields)
+
+
+def node_selector(spec: Mapping[str, Any]) -> Matcher:
+    """The pod's nodeSelector, nodeName and required node affinity, read once; the matcher it returns
+    costs one lookup per requirement per node (a pod's values are sets, not lists re-read per node)."""
+    selector = [(k, str(v)) for k, v in (spec.get("nodeSelector") or {}).items()]
+    node_name = spec.get("nodeName")
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    raw_terms = required.get("nodeSelectorTerms")
+    terms = None if raw_terms is None else [_term(t) for t in raw_terms if isinstance(t, Mapping)]
+
+    def matches(name: str, labels: Mapping[str, str]) -> bool:
+        if any(labels.get(k) != v for k, v in selector):
+            return False
+        if node_name and node_name != name:
+            return False
+        return terms is None or any(term(name, labels) for term in terms)
+
+    return matches
 
 
 def node_matches(spec: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> bool:
-    selector = spec.get("nodeSelector") or {}
-    if any(labels.get(k) != str(v) for k, v in selector.items()):
-        return False
-    if spec.get("nodeName") and spec["nodeName"] != name:
-        return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = required.get("nodeSelectorTerms")
-    if terms is None:
-        return True
-    return any(_term(t, name, labels) for t in terms if isinstance(t, Mapping))
+    return node_selector(spec)(name, labels)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from placement import fit as fitmod
-from placement.affinity import node_matches
+from placement.affinity import node_selector
 from placement.config import Settings
 from placement.demand import ModelDemand, is_model_pod, pod_shared_cpu_milli, read_model_pod
 from placement.ledger import Holding, NodeLedger, NodeNRI
@@ -335,9 +335,10 @@ class ClusterState:
     def iter_eligible(self, spec: Mapping[str, Any]) -> Iterator[NodeLedger]:
         """Schedulable nodes the pod's nodeSelector and required node affinity allow, by name, lazily:
         a question answered by the first match need not build every ledger."""
+        matches = node_selector(spec)
         for name in sorted(self.nodes):
             node = self.nodes[name]
-            if not node.unschedulable and node_matches(spec, name, node.labels):
+            if not node.unschedulable and matches(name, node.labels):
                 yield self.ledger(name)  # type: ignore[misc]
 
     def eligible(self, spec: Mapping[str, Any]) -> list[NodeLedger]:
