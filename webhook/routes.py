@@ -42,8 +42,8 @@ from server import metrics
 from server.app import ADMISSION_BODY_LIMIT, RUNTIME, BadRequest, json_response, read_json
 from webhook.patch import PatchError, checked_patch
 from webhook.review import (
-    DEFAULT_TIMEOUT, POD_SHAPE, WORKLOAD_SHAPE, Review, ReviewError, allow, deny, parse_review, parse_timeout,
-    shape_problem, wrap_warning,
+    DEFAULT_TIMEOUT, POD_SHAPE, WORKLOAD_SHAPE, Review, ReviewError, allow, cost_problem, deny, parse_review,
+    parse_timeout, shape_problem, wrap_warning,
 )
 
 log = logging.getLogger("model_placement.webhook")
@@ -205,6 +205,10 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
     why = _untouchable(review, pod, ctx)
     if why:
         return Outcome(allow(uid), "skipped", _skip_label(why), pod=name, message=why)
+    too_large = cost_problem(pod)
+    if too_large:
+        text = f"model-placement left {name} unchanged, without CPU pinning: {too_large}"
+        return Outcome(allow(uid, warnings_for(text)), "degraded", "too-large", pod=name, message=text)
     if not ctx.budget.affords(ctx.timings.expected("mutate")):
         text = (f"model-placement: no time left within the apiserver's {ctx.budget.timeout:g}s timeout; "
                 f"{name} admitted unchanged, without CPU pinning")
@@ -265,6 +269,9 @@ def validate_review(review: Review, ctx: Context) -> Outcome:
     why = _untouchable(review, subject.pod, ctx)
     if why:
         return Outcome(allow(uid), "skipped", _skip_label(why), pod=label, message=why)
+    too_large = cost_problem(subject.pod, mutated=True)
+    if too_large:
+        return _unreadable(uid, obj, label, too_large, ctx)
     if not ctx.budget.affords(ctx.timings.expected("validate")):
         return _out_of_time(uid, subject, label, ctx)
     started = time.monotonic()
