@@ -626,3 +626,49 @@ def test_a_million_tiny_replicas_are_answered_within_the_apiservers_timeout(
         else:
             assert "of 1000000 replicas fit at once" in answer.message
     assert canary_answers(bg) == baseline
+
+
+def _with_terms(name: str, terms: int, uid: str) -> Obj:
+    sent = _ar(name)
+    sent["request"]["uid"] = uid
+    spec = sent["request"]["object"]["spec"]
+    spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": f"example.com/zone-{i}", "operator": "NotIn", "values": ["x"]}]}
+        for i in range(terms)]}}}
+    return sent
+
+
+def test_a_model_pod_too_costly_to_judge_is_left_alone_by_mutate_and_refused_by_validate(
+        server: tuple[Background, list[Any]]) -> None:
+    """Found by probing: every node is asked whether the pod's affinity admits it, so 2,000 terms on 500 nodes
+    held the event loop 4.5 s in /mutate and 8.5 s in /validate (20,000 terms: 38 s and 72 s). A model pod
+    beyond the bound is now admitted unchanged by /mutate with a warning and refused by /validate with the
+    reason; a pod at the bound is pinned, and its mutated self passes /validate's bound."""
+    bg, baseline = server
+    sent = _with_terms("ar-pod-kserve-rs.json", 2_000, "too-many-terms")
+    for path in ("/mutate", "/validate"):
+        started = time.monotonic()
+        status, _, text = bg.post(f"{path}?timeout=10s", orjson.dumps(sent))
+        assert time.monotonic() - started < 2.0
+        answer = Answer(sent, status, "application/json", text, mutating=path == "/mutate")
+        if path == "/mutate":
+            assert answer.allowed and answer.ops == [] and "4000 terms and requirements" in answer.warning_text
+        else:
+            assert not answer.allowed and "4000 terms and requirements" in answer.message
+
+    at_bound = _with_terms("ar-pod-kserve-rs.json", 64, "at-the-bound")  # 64 terms + 64 requirements = 128
+    status, _, text = bg.post("/mutate?timeout=10s", orjson.dumps(at_bound))
+    mutated = Answer(at_bound, status, "application/json", text, mutating=True)
+    assert mutated.allowed and mutated.ops and not mutated.warnings
+    pod = mutated.pod
+    pod["metadata"]["name"] = pod["metadata"]["generateName"] + "x7k2p"
+    validated = {**at_bound, "request": {**at_bound["request"], "uid": "at-the-bound-v", "object": pod}}
+    status, _, text = bg.post("/validate?timeout=10s", orjson.dumps(validated))
+    assert "terms and requirements" not in text
+
+    plain = _with_terms("ar-pod-kubectl-run.json", 2_000, "not-a-model")  # not ours to judge: untouched
+    plain["request"]["object"]["metadata"]["labels"] = {"run": "web"}
+    status, _, text = bg.post("/mutate?timeout=10s", orjson.dumps(plain))
+    answer = Answer(plain, status, "application/json", text, mutating=True)
+    assert answer.allowed and answer.ops == [] and answer.warnings == []
+    assert canary_answers(bg) == baseline
