@@ -130,10 +130,18 @@ def _ext_args(pod: Obj, names: list[str]) -> bytes:
     return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
 
 
+def _tp3_deployment() -> Obj:
+    sent = _ar("ar-deployment-create.json")
+    template = sent["request"]["object"]["spec"]["template"]["metadata"]
+    template.setdefault("annotations", {})["model-manager.io/tensor-parallel-size"] = "3"
+    return sent
+
+
+# Requests whose answers do not depend on what the fuzzing binds (capacity changes; these never look at it).
 CANARIES: list[tuple[str, bytes]] = [
     ("/mutate?timeout=10s", orjson.dumps(_ar("ar-pod-kserve-rs.json"))),
     ("/mutate?timeout=10s", orjson.dumps(_ar("ar-pod-kubectl-run.json"))),
-    ("/validate?timeout=10s", orjson.dumps(_ar("ar-deployment-create.json"))),
+    ("/validate?timeout=10s", orjson.dumps(_tp3_deployment())),  # refused whatever is free: TP 3
     ("/filter", _ext_args(plain_pod("canary-web"), DEMO_NODES)),
     ("/prioritize", _ext_args(plain_pod("canary-web"), DEMO_NODES)),
     ("/filter", _ext_args(model_pod("canary-tp16", tp=16, cpus=16), DEMO_NODES)),
@@ -154,6 +162,7 @@ def assert_still_serving(server: Background, baseline: list[Any]) -> None:
     """The same answers as before the fuzzing, and a fresh small model pod is filtered, scored and bound."""
     assert canary_answers(server) == baseline
     assert baseline[0]["response"]["patchType"] == "JSONPatch"
+    assert "1, 2, 4 or 8" in baseline[2]["response"]["status"]["message"]
     pod = model_pod(f"canary-{uuid.uuid4().hex[:8]}", tp=1, cpus=2)
     status, _, text = server.post("/filter", _ext_args(pod, DEMO_NODES))
     passed = json.loads(text)["NodeNames"]
