@@ -8,7 +8,7 @@ the webhook's business.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,7 +16,6 @@ import orjson
 
 from placement.cluster import ClusterState
 from placement.fit import nominal_footprint
-from placement.ledger import NodeLedger
 from placement.demand import (
     BALLOON_PREFIX, OUT_CPUS, OUT_REASON, OUT_TP, OUT_TYPE, ModelDemand, is_model_pod, read_model_pod, round_up,
 )
@@ -116,18 +115,8 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
         annotations[BALLOON_PREFIX + demand.container] = demand.balloon_type
     elif resolution.policy == "kubelet-static":
         _make_guaranteed(spec, demand.container, tpc)
-    hide = resolution.policy == "nri-balloons" and _hides_hyperthreads(demand, cluster.iter_eligible(spec))
-    annotations[OUT_CPUS] = str(nominal_footprint(resolved, tpc, hide).cpus)
+    annotations[OUT_CPUS] = str(nominal_footprint(resolved, tpc, resolution.hide_hyperthreads).cpus)
     return Mutation(out, demand, resolution, None)
-
-
-def _hides_hyperthreads(demand: ModelDemand, eligible: Iterable[NodeLedger]) -> bool:
-    for ledger in eligible:
-        policy = ledger.nri.policy
-        btype = policy.balloon_type(demand.balloon_type) if policy else None
-        if btype is not None:
-            return btype.hide_hyperthreads
-    return True
 
 
 def _require_on_every_term(spec: dict[str, Any], field: str, requirement: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ change.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,9 +37,10 @@ MAX_SIMULATED_REPLICAS = 2_000
 class Resolution:
     policy: str
     reason: str | None  # set only when `policy` differs from what was requested
+    hide_hyperthreads: bool = True  # of the balloon type found, when the policy is nri-balloons
 
 
-def resolve_policy(demand: ModelDemand, eligible: Sequence[NodeLedger], nri_enabled: bool) -> Resolution:
+def resolve_policy(demand: ModelDemand, eligible: Iterable[NodeLedger], nri_enabled: bool) -> Resolution:
     """nri-balloons is honoured only where a BalloonsPolicy defining the balloon type applies to an
     eligible node whose plugin is running; otherwise the model still serves, best-effort."""
     if demand.requested_policy != "nri-balloons":
@@ -48,8 +49,9 @@ def resolve_policy(demand: ModelDemand, eligible: Sequence[NodeLedger], nri_enab
         return Resolution("best-effort", NRI_DISABLED)
     for ledger in eligible:
         policy = ledger.nri.policy
-        if ledger.nri.running and policy is not None and policy.balloon_type(demand.balloon_type) is not None:
-            return Resolution("nri-balloons", None)
+        btype = policy.balloon_type(demand.balloon_type) if ledger.nri.running and policy is not None else None
+        if btype is not None:
+            return Resolution("nri-balloons", None, btype.hide_hyperthreads)
     return Resolution("best-effort", NRI_FALLBACK)
 
 

@@ -215,8 +215,8 @@ def shape_problem(obj: Mapping[str, Any], shape: Mapping[str, Any]) -> str | Non
 def _shape(value: Any, shape: Any, path: str) -> str | None:
     if value is None:
         return f"{path} is null, expected an object" if isinstance(shape, _Struct) and path else None
-    if isinstance(shape, Mapping):
-        if not isinstance(value, Mapping):
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
             return f"{path or 'object'} is a JSON {_json_type(value)}, expected an object"
         for key, sub in shape.items():
             if key not in value:
@@ -236,7 +236,7 @@ def _shape(value: Any, shape: Any, path: str) -> str | None:
                 return problem
         return None
     if shape is STR_MAP or shape is QUANTITIES:
-        if not isinstance(value, Mapping):
+        if not isinstance(value, dict):
             return f"{path} is a JSON {_json_type(value)}, expected an object"
         allowed: tuple[type, ...] = (str,) if shape is STR_MAP else (str, int, float)
         for key, item in value.items():
