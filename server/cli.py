@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from placement.admission import NotAdmissible, subject_of, validate
 from placement.cluster import ClusterState
 from placement.config import ConfigError, Settings, load_settings
 from placement.demand import pod_display_name
+from placement.preflight import rank
 from server import logs
 
 log = logging.getLogger("model_placement.cli")
@@ -127,7 +129,9 @@ def render(objects: Sequence[dict[str, Any]], state: ClusterState) -> list[dict[
             "allowed": decision.allowed, "check": decision.check, "message": decision.message,
             "warnings": list(decision.warnings),
         }
-        fits = decision.verdict.ranking if decision.verdict else ()
+        # The extender counts what is held now (admission counts the model's own pods as free).
+        resolved = replace(demand, resolved_policy=entry["demand"]["policy"])
+        fits = rank([state.fit(resolved, ledger) for ledger in state.eligible(mutation.pod["spec"])])
         entry["ranking"] = [
             {"node": f.node, "score": f.score, "numa_cores": {str(n): c for n, c in f.per_numa}} for f in fits if f.ok
         ]
