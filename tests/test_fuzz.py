@@ -607,7 +607,9 @@ def test_a_node_list_nested_deeper_than_can_be_echoed_is_a_400_not_a_500(server:
     assert status == 400 and "never nested this deep" in json.loads(text)["error"]
     args["Nodes"]["metadata"] = "\x00DEEPOBJ200\x00"
     status, _, text = bg.post("/filter", encode(args, True, "x"))
-    assert status == 200 and json.loads(text)["Nodes"]["items"]
+    # 200 with a NodeList answer; whether a node passes depends on what the fuzzing bound before.
+    answer = json.loads(text)
+    assert status == 200 and isinstance(answer["Nodes"]["items"], list) and answer["NodeNames"] is None
     assert canary_answers(bg) == baseline
 
 
