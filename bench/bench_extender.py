@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
             return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": cand}), None
 
         limit = 5.0 if n == 500 else 25.0
-        extra = case(f"/filter NodeNames, new pod each", n, f"p99 <= {limit:g} ms", limit, make_filter)
+        extra = case("/filter NodeNames, new pod each", n, f"p99 <= {limit:g} ms", limit, make_filter)
         rows.append(("/prioritize after its /filter", n, extra["prio_rt"], extra["prio_server"],
                      f"p99 <= {limit:g} ms (passed: {statistics.median(extra['passed']):.0f})", limit))
         case("/prioritize, new pod", n, f"p99 <= {limit:g} ms", limit, make_cold, "/prioritize")

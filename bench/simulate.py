@@ -811,7 +811,6 @@ class ExtenderRun(Run):
         """/bind: assume (hold the cores now), then the watch shows the binding and confirms it."""
         c = self.counters
         d = self.deploy_of[uid]
-        pod = self.pod_of[uid]
         result = self.cluster.assume(uid, d.namespace, d.name, self.demand_of[uid], self.names[i])
         if not result.ok:
             raise AssertionError(f"assume refused a node the filter passed: {result.reason}")

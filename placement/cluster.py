@@ -404,7 +404,3 @@ class ClusterState:
             log.warning("assumed pod not seen bound in time; releasing its cores", extra={
                 "pod": f"{rec.namespace}/{rec.name}", "node": rec.node, "reason": f"no binding seen in {ttl:g}s"})
         return stale
-
-    def confirmed(self, uid: str) -> bool:
-        rec = self.pods.get(uid)
-        return rec is not None and rec.node is not None and rec.assumed_at is None

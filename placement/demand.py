@@ -7,7 +7,6 @@ node?) is decided in `fit.py` / `cluster.py`; this module only reads one pod.
 from __future__ import annotations
 
 import math
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -76,10 +75,6 @@ class ModelDemand:
     def cpus(self) -> int:
         """Whole CPUs of the model container (a fractional request rounds up)."""
         return math.ceil(self.cpu_milli / 1000)
-
-    def kubelet_cpus(self, threads_per_core: int) -> int:
-        """kubelet-static: the model container's CPUs rounded up to whole cores."""
-        return round_up(self.cpus, threads_per_core)
 
 
 def round_up(value: int, multiple: int) -> int:

@@ -176,22 +176,6 @@ class NodeLedger:
         self._free = None
         return holding
 
-    def confirm(self, uid: str) -> bool:
-        """The watch shows the binding: an assumed pod becomes a plain one."""
-        holding = self.holdings.get(uid)
-        if holding is None or not holding.assumed:
-            return False
-        self.release(uid)
-        self._add(Holding(holding.uid, holding.pod, holding.identity, holding.balloon_type,
-                          holding.per_numa, None, holding.shortfall))
-        return True
-
-    def expire_assumed(self, now: float, ttl: float) -> list[Holding]:
-        stale = [h for h in self.holdings.values() if h.assumed_at is not None and now - h.assumed_at > ttl]
-        for h in stale:
-            self.release(h.uid)
-        return stale
-
     def set_shared(self, uid: str, milli: int) -> None:
         self._shared_total += milli - self.shared.get(uid, 0)
         if milli:

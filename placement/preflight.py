@@ -63,11 +63,6 @@ class Verdict:
     fits: tuple[fitmod.Fit, ...] = ()  # every eligible node, feasible first, best score first
     notes: tuple[str, ...] = field(default=())  # admitted, but worth telling (e.g. the best-effort fallback)
 
-    @property
-    def ranking(self) -> tuple[fitmod.Fit, ...]:
-        return self.fits
-
-
 def _names(ledgers: Sequence[NodeLedger], limit: int = 4) -> str:
     names = [ledger.name for ledger in ledgers]
     return ", ".join(names[:limit]) + (", …" if len(names) > limit else "")
@@ -158,7 +153,7 @@ def preflight(
         if resolution.reason == NRI_FALLBACK:
             notes = (f"{demand.pod} runs best-effort without exclusive cores: no eligible node has a running NRI "
                      f"balloons plugin with balloon type {demand.balloon_type}.",)
-    resolved = demand if demand.resolved_policy == resolution.policy else _with_policy(demand, resolution.policy)
+    resolved = replace(demand, resolved_policy=resolution.policy)
 
     fits = [cluster.fit_admission(resolved, ledger) for ledger in eligible]
     ranked = rank(fits)
@@ -179,10 +174,6 @@ def preflight(
                            f"Use replicas: {placed} or fewer, lower the CPU request, or free capacity.",
                            ranked, notes)
     return Verdict(True, fitmod.FITS, "", ranked, notes)
-
-
-def _with_policy(demand: ModelDemand, policy: str) -> ModelDemand:
-    return replace(demand, resolved_policy=policy)
 
 
 def _simulate_replicas(demand: ModelDemand, eligible: Sequence[NodeLedger], cluster: ClusterState,

@@ -89,17 +89,22 @@ def _query_value(v: Any) -> str:
     return str(v)
 
 
-def get_json(api_client: client.ApiClient, path: str, *, query: dict[str, Any] | None = None,
-             timeout: float | tuple[float, float] | None = DEFAULT_TIMEOUT) -> Any:
-    """GET ``path`` and return the parsed JSON; raise ``KubeApiError`` on a non-2xx answer."""
-    resp = request(api_client, "GET", path, query=query, timeout=timeout)
+def _body(resp: urllib3.BaseHTTPResponse, error: type[KubeApiError], context: str) -> bytes:
+    """The whole body of a 2xx answer; otherwise `error` carrying the apiserver's Status message."""
     try:
         data = resp.read()
     finally:
         resp.release_conn()
     if not 200 <= resp.status < 300:
-        raise KubeApiError.from_response(resp, data, context=f"GET {path}")
-    return orjson.loads(data)
+        raise error.from_response(resp, data, context=context)
+    return data
+
+
+def get_json(api_client: client.ApiClient, path: str, *, query: dict[str, Any] | None = None,
+             timeout: float | tuple[float, float] | None = DEFAULT_TIMEOUT) -> Any:
+    """GET ``path`` and return the parsed JSON; raise ``KubeApiError`` on a non-2xx answer."""
+    resp = request(api_client, "GET", path, query=query, timeout=timeout)
+    return orjson.loads(_body(resp, KubeApiError, f"GET {path}"))
 
 
 def bind_pod(api_client: client.ApiClient, namespace: str, name: str, uid: str | None, node: str, *,
@@ -118,9 +123,4 @@ def bind_pod(api_client: client.ApiClient, namespace: str, name: str, uid: str |
                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
     resp = request(api_client, "POST", path, body=binding, timeout=timeout)
-    try:
-        data = resp.read()
-    finally:
-        resp.release_conn()
-    if not 200 <= resp.status < 300:
-        raise BindError.from_response(resp, data, context=f"binding pod {namespace}/{name} to node {node} failed")
+    _body(resp, BindError, f"binding pod {namespace}/{name} to node {node} failed")

@@ -121,6 +121,15 @@ def cluster() -> ClusterState:
     return ClusterState(Settings())
 
 
+async def synced(fake: FakeApiServer, make_source: MakeSource) -> tuple[ClusterState, KubeSource]:
+    """The seeded cluster, listed into a fresh ClusterState."""
+    seed(fake)
+    state = cluster()
+    src = make_source(state)
+    assert await src.wait_synced(5)
+    return state, src
+
+
 # ------------------------------------------------------------------------------------------------- sync
 
 
@@ -230,10 +239,7 @@ async def test_watch_dropped_mid_stream_resumes_without_relist(fake: FakeApiServ
 
 
 async def test_watch_ended_by_server_timeout_resumes_at_once(fake: FakeApiServer, make_source: MakeSource) -> None:
-    seed(fake)
-    state = cluster()
-    src = make_source(state)
-    assert await src.wait_synced(5)
+    state, src = await synced(fake, make_source)
     await eventually(lambda: fake.watch_count("Node") == 1, what="node watch")
     fake.close_watches("Node")
     await eventually(lambda: src.watch_restarts["Node"] == 1 and fake.watch_count("Node") == 1, what="re-watch")
@@ -272,10 +278,7 @@ async def test_410_relists_and_applies_only_the_difference(fake: FakeApiServer, 
 
 
 async def test_compacted_history_gives_410_and_relist(fake: FakeApiServer, make_source: MakeSource) -> None:
-    seed(fake)
-    state = cluster()
-    src = make_source(state)
-    assert await src.wait_synced(5)
+    state, src = await synced(fake, make_source)
     await eventually(lambda: fake.watch_count("Node") == 1, what="node watch")
     fake.drop_watches("Node")
     fake.add("Node", node_obj("node-8"))
@@ -285,10 +288,7 @@ async def test_compacted_history_gives_410_and_relist(fake: FakeApiServer, make_
 
 
 async def test_relist_deletes_what_is_gone(fake: FakeApiServer, make_source: MakeSource) -> None:
-    seed(fake)
-    state = cluster()
-    src = make_source(state)
-    assert await src.wait_synced(5)
+    state, src = await synced(fake, make_source)
     await eventually(lambda: fake.watch_count("Node") == 1, what="node watch")
     fake.drop_watches("Node")
     fake.delete("Node", "node-2")
@@ -363,10 +363,7 @@ def test_backoff_doubles_is_capped_jittered_and_resets() -> None:
 
 async def test_watch_error_other_than_410_or_garbage_reconnects_without_relist(
         fake: FakeApiServer, make_source: MakeSource) -> None:
-    seed(fake)
-    state = cluster()
-    src = make_source(state)
-    assert await src.wait_synced(5)
+    state, src = await synced(fake, make_source)
     await eventually(lambda: fake.watch_count("Node") == 1, what="node watch")
     error = {"type": "ERROR", "object": status(500, "InternalError", "etcdserver: request timed out")}
     assert fake.inject("Node", orjson.dumps(error) + b"\n") == 1

@@ -13,7 +13,7 @@ from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import ModelDemand, ModelIdentity
 from placement.ledger import NodeLedger, NodeNRI
-from placement.topology import BalloonType, BalloonsPolicy, CPUSet, linux_layout, spread_reserved
+from placement.topology import BalloonType, BalloonsPolicy, linux_layout, spread_reserved
 
 POLICY = BalloonsPolicy("default", "kube-system", "4", tuple(
     BalloonType(f"vllm-balloon-tp{t}", hide_hyperthreads=True) for t in (1, 2, 4, 8)))
