@@ -1,13 +1,20 @@
 """/filter: the candidate nodes where a model pod's footprint fits now, and why not the others.
 
 The answer for each node is the core's `cluster.fit`. Asked naively that is one fit per node per call,
-which at 5,000 nodes costs far more than a scheduling cycle can spend, so the `Judge` asks it once per
-demand and *class* of nodes. Nodes whose ledgers look the same to `fit` (capacity and free cores per
-NUMA node, SMT width, reserved size, NRI policy and its status, and the balloon count or shared-pool
-load when the demand depends on them) get the same verdict; pods asking the same (replicas of one
-model) get the same verdicts. `fit` uses the node's and the pod's names only in the text of its reason,
-so a class is judged under placeholder names that each node's and pod's own names then replace. The
-key holds everything else `fit` reads, so a verdict never goes stale: a changed node is a new key.
+which at 5,000 nodes costs far more than a scheduling cycle can spend, so the `Judge` remembers, per
+demand (replicas of one model ask the same), three things:
+
+- per node, the verdict it gave and the ledger's stamp then: while the stamp is unchanged, so is the
+  verdict (the common case: most nodes did not change since the last replica was filtered);
+- per *class* of nodes, the verdict: nodes whose ledgers look the same to `fit` (capacity and free
+  cores per NUMA node, SMT width, reserved size, NRI policy and its status, and the balloon count or
+  shared-pool load when the demand depends on them) get the same one. The key holds everything `fit`
+  reads, so a verdict never goes stale: a changed node is a new key;
+- per node *shape*, a refusal no eviction can change (TP above the NUMA count, no such balloon type,
+  ...): what the node holds does not enter it, so its free cores are filled in per node.
+
+`fit` uses the node's and the pod's names only in the text of its reason, so a class is judged under
+placeholder names that each node's and pod's own names then replace.
 """
 
 from __future__ import annotations
@@ -23,10 +30,11 @@ from placement.demand import ModelDemand, is_model_pod, pod_display_name, read_m
 from placement.ledger import NodeLedger
 from server.app import BadRequest
 
-NODE = "\x00node\x00"  # placeholders: neither can occur in a Kubernetes name
+NODE = "\x00node\x00"  # placeholders: none can occur in a Kubernetes name
 POD = "\x00pod\x00"
+FREE = "\x00free\x00"  # the node's free cores, in a refusal nodes share whatever they hold
 MAX_PODS = 4096  # pods kept by uid: /bind needs the demand seen at /filter
-MAX_DEMANDS = 256  # distinct demands whose verdicts are kept
+MAX_DEMANDS = 64  # distinct demands whose verdicts are kept (each: up to one per node)
 MAX_MEMO_CLASSES = 50_000  # a demand asked for hours in a changing cluster starts over past this
 MAX_SHAPES = 100_000  # distinct node shapes before the shape table starts over
 MIN_SCORE, MAX_SCORE = 0, 10  # extender/v1 MinExtenderPriority, MaxExtenderPriority
@@ -60,28 +68,16 @@ class Verdict:
     message: str  # with placeholders for the node's and the pod's names; empty when it fits
 
 
-# What `fit` reads of a ledger on every call, copied onto the renamed view so that reading them costs
-# no delegation; anything else (free(), count_balloons(), ...) is delegated to the ledger itself.
-_COPIED = tuple(a for a in ("capacity", "capacity_desc", "capacity_total", "nri", "topology", "reserved",
-                            "threads_per_core") if hasattr(NodeLedger, a))
+@dataclass(slots=True)
+class _Memo:
+    """What one demand has been told: verdicts by class of node, and by node name with the ledger
+    stamp they were given at."""
+
+    classes: dict[tuple[Any, ...], Verdict]
+    nodes: dict[str, tuple[int, Verdict]]
 
 
 _FITS = tuple(Verdict(True, True, score, "") for score in range(MIN_SCORE, MAX_SCORE + 1))
-
-
-class _Renamed:
-    """A ledger under another name: everything else is the ledger's own."""
-
-    __slots__ = ("_ledger", "name", *_COPIED)
-
-    def __init__(self, ledger: NodeLedger, name: str) -> None:
-        self._ledger = ledger
-        self.name = name
-        for attr in _COPIED:
-            setattr(self, attr, getattr(ledger, attr))
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self._ledger, attr)
 
 
 def describe_demand(demand: ModelDemand) -> str:
@@ -89,15 +85,15 @@ def describe_demand(demand: ModelDemand) -> str:
     return f"{text}, balloon {demand.balloon_type}" if demand.policy == "nri-balloons" else text
 
 
-def explain(demand: ModelDemand, fit: fitmod.Fit, ledger: NodeLedger, node: str) -> str:
+def explain(demand: ModelDemand, fit: fitmod.Fit, free: str, node: str) -> str:
     """The refusal as users read it: the core's reason (it names the pod), completed with the demand
-    and the node's free cores per NUMA node when the reason does not already give them."""
+    and the node's free cores per NUMA node (`free`) when the reason does not already give them."""
     extra = []
     described = fit.footprint.describe() if fit.footprint is not None else describe_demand(demand)
     if described not in fit.reason:
         extra.append(f"needs {described}")
     if "free cores" not in fit.reason:
-        extra.append(f"node {node} has {fitmod.fmt_free(ledger, ledger.free())}")
+        extra.append(f"node {node} has {free}")
     return f"{fit.reason} ({'; '.join(extra)})" if extra else fit.reason
 
 
@@ -113,7 +109,7 @@ class Judge:
         self.cluster = cluster
         self.settings = cluster.settings
         self._pods: OrderedDict[str, PodRef] = OrderedDict()
-        self._memos: OrderedDict[ModelDemand, dict[tuple[Any, ...], Verdict]] = OrderedDict()
+        self._memos: OrderedDict[ModelDemand, _Memo] = OrderedDict()
         # node name -> (its ledger, shape id, balloon types with maxBalloons there)
         self._nodes: dict[str, tuple[NodeLedger, int, frozenset[str]]] = {}
         # shape -> (id, the policy: holding it keeps its id() from being reused while the shape is known)
@@ -169,12 +165,12 @@ class Judge:
 
     # -- verdicts --------------------------------------------------------------------------------------
 
-    def _memo(self, key: ModelDemand) -> dict[tuple[Any, ...], Verdict]:
+    def _memo(self, key: ModelDemand) -> _Memo:
         memo = self._memos.get(key)
-        if memo is not None and len(memo) < MAX_MEMO_CLASSES:
+        if memo is not None and len(memo.classes) < MAX_MEMO_CLASSES:
             self._memos.move_to_end(key)
             return memo
-        memo = self._memos[key] = {}
+        memo = self._memos[key] = _Memo({}, {})
         while len(self._memos) > MAX_DEMANDS:
             self._memos.popitem(last=False)
         return memo
@@ -197,24 +193,47 @@ class Judge:
         entry = self._nodes[ledger.name] = (ledger, known[0], capped)
         return entry
 
-    def _judge(self, key: ModelDemand, ledger: NodeLedger) -> Verdict:
+    def _judge(self, key: ModelDemand, ledger: NodeLedger, shape: int, classes: dict[Any, Verdict]) -> Verdict:
         self.fits_asked += 1
-        fit = self.cluster.fit(key, ledger)
-        if fit.ok:  # the names only matter to the text of a refusal
+        fit = self.cluster.fit(key, ledger, NODE)
+        if fit.ok:
             return _FITS[max(MIN_SCORE, min(MAX_SCORE, fit.score))]
-        fit = self.cluster.fit(key, _Renamed(ledger, NODE))  # type: ignore[arg-type]
-        return Verdict(False, fit.resolvable, MIN_SCORE, explain(key, fit, ledger, NODE))
+        if fit.resolvable:
+            return Verdict(False, True, MIN_SCORE, explain(key, fit, fitmod.fmt_free(ledger, ledger.free()), NODE))
+        # No eviction changes this refusal: what the node holds does not enter it (see `fitmod.fit`), so
+        # every node of this shape shares it, whatever each holds.
+        static = classes[(shape,)] = Verdict(False, False, MIN_SCORE, explain(key, fit, FREE, NODE))
+        return _with_free(static, ledger)
+
+    def _classify(self, key: ModelDemand, ledger: NodeLedger, classes: dict[Any, Verdict]) -> Verdict:
+        """The verdict for a node this demand has not been told of in the ledger's present state: from
+        the nodes that look the same to `fit`, or from `fit` itself."""
+        seen = self._nodes.get(ledger.name)
+        if seen is None or seen[0] is not ledger:
+            seen = self._see(ledger)
+        static = classes.get((seen[1],))
+        if static is not None:
+            return _with_free(static, ledger)
+        cls: tuple[Any, ...] = (seen[1], ledger.free())
+        if key.policy == "nri-balloons":
+            if key.balloon_type in seen[2]:
+                cls += (ledger.count_balloons(key.balloon_type),)
+        elif key.policy not in fitmod.EXCLUSIVE_POLICIES:
+            cls += (ledger.shared_milli,)
+        verdict = classes.get(cls)
+        if verdict is None:
+            verdict = classes[cls] = self._judge(key, ledger, seen[1], classes)
+        return verdict
 
     def verdicts(self, ref: PodRef, names: list[str]) -> list[Verdict | None]:
         """One verdict per name (None: a node the ledger does not know), for a model pod. The hot loop of
-        the extender: per node, its ledger, a key of what `fit` reads, and the verdict for that key."""
+        the extender: per node, its ledger and the verdict this demand had there, while the ledger's
+        stamp says nothing has changed since."""
         key = ref.key
         assert key is not None
         memo = self._memo(key)
+        classes, told = memo.classes, memo.nodes
         ledger_of = self.cluster.ledger
-        nodes = self._nodes
-        balloon = key.balloon_type if key.policy == "nri-balloons" else None
-        shared = key.policy not in fitmod.EXCLUSIVE_POLICIES
         out: list[Verdict | None] = []
         append = out.append
         for name in names:
@@ -222,19 +241,19 @@ class Judge:
             if ledger is None:
                 append(None)
                 continue
-            seen = nodes.get(name)
-            if seen is None or seen[0] is not ledger:
-                seen = self._see(ledger)
-            cls: tuple[Any, ...] = (seen[1], ledger.free())
-            if balloon is not None and balloon in seen[2]:
-                cls += (ledger.count_balloons(balloon),)
-            elif shared:
-                cls += (ledger.shared_milli,)
-            verdict = memo.get(cls)
-            if verdict is None:
-                verdict = memo[cls] = self._judge(key, ledger)
+            known = told.get(name)
+            if known is not None and known[0] == ledger.stamp:
+                append(known[1])
+                continue
+            stamp = ledger.stamp
+            verdict = self._classify(key, ledger, classes)
+            told[name] = (stamp, verdict)
             append(verdict)
         return out
+
+
+def _with_free(static: Verdict, ledger: NodeLedger) -> Verdict:
+    return Verdict(False, False, MIN_SCORE, static.message.replace(FREE, fitmod.fmt_free(ledger, ledger.free())))
 
 
 @dataclass(slots=True)

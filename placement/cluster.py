@@ -344,9 +344,10 @@ class ClusterState:
     def eligible(self, spec: Mapping[str, Any]) -> list[NodeLedger]:
         return list(self.iter_eligible(spec))
 
-    def fit(self, demand: ModelDemand, ledger: NodeLedger) -> fitmod.Fit:
-        """The scheduler's question: does it fit what is free now?"""
-        return fitmod.fit(demand, ledger, self.settings.mm_kubelet_threads_per_core, self.settings.scoring_strategy)
+    def fit(self, demand: ModelDemand, ledger: NodeLedger, name: str | None = None) -> fitmod.Fit:
+        """The scheduler's question: does it fit what is free now? (`name`: see `fitmod.fit`)"""
+        return fitmod.fit(demand, ledger, self.settings.mm_kubelet_threads_per_core, self.settings.scoring_strategy,
+                          name=name)
 
     def fit_admission(self, demand: ModelDemand, ledger: NodeLedger) -> fitmod.Fit:
         """Admission's question: as `fit`, with the model's own running pods counted as free."""

@@ -108,11 +108,16 @@ def _refuse(node: str, check: str, reason: str, resolvable: bool, fp: Footprint 
 
 
 def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy: str,
-        own_free: bool = False) -> Fit:
+        own_free: bool = False, name: str | None = None) -> Fit:
     """Does the demand fit this node now? With `own_free` (admission), capacity held by the same
     model's pods counts as free, so re-deploying or rolling a model is never refused because of its
-    own old pods; the scheduler side counts what is held now."""
-    node = ledger.name
+    own old pods; the scheduler side counts what is held now. `name` is how the reason names the node
+    (default: its own name); the answer does not depend on it.
+
+    A refusal no eviction can change (`resolvable=False`) is decided before what the node holds is
+    read: by the demand and the node's shape alone. The extender shares such refusals between nodes
+    of one shape."""
+    node = ledger.name if name is None else name
     numa_count = len(ledger.capacity)
     if demand.tp > numa_count:
         return _refuse(node, TP_EXCEEDS_NUMA,
@@ -123,21 +128,20 @@ def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy
     if policy == "nri-balloons":
         btype = _balloon_type(demand, ledger)
         if btype is None or not ledger.nri.running:
-            return _nri_refusal(demand, ledger)
+            return _nri_refusal(demand, ledger, node)
     fp = footprint(demand, ledger, threads_per_core, btype)
     if fp.exclusive and fp.cores == 0:
         return _refuse(node, NO_CPU, f"{demand.pod}: the model container requests no CPU", False, fp)
     own = demand.identity if own_free else None
     free = ledger.free(exclude=own)
     if policy == "nri-balloons":
-        return _fit_balloon(demand, ledger, fp, free, strategy, own, btype)  # type: ignore[arg-type]
+        return _fit_balloon(demand, ledger, node, fp, free, strategy, own, btype)  # type: ignore[arg-type]
     if policy == "kubelet-static":
-        return _fit_static(demand, ledger, fp, free, strategy)
-    return _fit_shared(demand, ledger, fp, free, strategy)
+        return _fit_static(demand, ledger, node, fp, free, strategy)
+    return _fit_shared(demand, ledger, node, fp, free, strategy)
 
 
-def _nri_refusal(demand: ModelDemand, ledger: NodeLedger) -> Fit:
-    node = ledger.name
+def _nri_refusal(demand: ModelDemand, ledger: NodeLedger, node: str) -> Fit:
     policy = ledger.nri.policy
     if policy is None:
         return _refuse(node, BALLOON_TYPE_MISSING,
@@ -176,9 +180,8 @@ def _most_free(free: tuple[int, ...], count: int) -> list[int]:
     return sorted(range(len(free)), key=lambda i: (-free[i], i))[:count]
 
 
-def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, fp: Footprint, free: tuple[int, ...],
+def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...],
                  strategy: str, own: ModelIdentity | None, btype: BalloonType) -> Fit:
-    node = ledger.name
     per = fp.cores_per_numa
     if btype.max_cpus != 0 and fp.cpus > btype.max_cpus:
         cap = "forbids this type on the node" if btype.max_cpus < 0 else f"caps it at maxCPUs={btype.max_cpus}"
@@ -208,9 +211,8 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, fp: Footprint, free: t
     return Fit(node, True, FITS, "", True, chosen, _score(ledger, after, strategy), fp)
 
 
-def _fit_static(demand: ModelDemand, ledger: NodeLedger, fp: Footprint, free: tuple[int, ...],
+def _fit_static(demand: ModelDemand, ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...],
                 strategy: str) -> Fit:
-    node = ledger.name
     if fp.cores > ledger.capacity_total:
         return _refuse(node, FOOTPRINT_EXCEEDS_NODE,
                        f"{demand.pod} needs {fp.describe()}; node {node} has {ledger.capacity_total} model cores "
@@ -234,9 +236,8 @@ def _fit_static(demand: ModelDemand, ledger: NodeLedger, fp: Footprint, free: tu
     return Fit(node, True, FITS, "", True, tuple(sorted(chosen)), _score(ledger, after, strategy), fp)
 
 
-def _fit_shared(demand: ModelDemand, ledger: NodeLedger, fp: Footprint, free: tuple[int, ...],
+def _fit_shared(demand: ModelDemand, ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...],
                 strategy: str) -> Fit:
-    node = ledger.name
     headroom = sum(free) * ledger.threads_per_core + max(0, ledger.shared_pool_cpus - ledger.shared_milli // 1000)
     if fp.cpus > headroom:
         return _refuse(node, INSUFFICIENT_FREE,

@@ -8,6 +8,7 @@ beyond the CPUs outside model capacity eat model cores too, from the NUMA nodes 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,11 @@ class LedgerError(ValueError):
     pass
 
 
+# One sequence for every ledger: a stamp names one ledger in one state, so a reader that derived
+# something from a ledger knows it is still true while the stamp it saw is the ledger's stamp.
+_stamps = itertools.count()
+
+
 @dataclass(frozen=True, slots=True)
 class NodeNRI:
     """What the NRI balloons plugin offers on a node."""
@@ -71,6 +77,7 @@ class NodeLedger:
     _held: list[int] = field(init=False)
     _shared_total: int = field(init=False, default=0)
     _free: tuple[int, ...] | None = field(init=False, default=None)
+    stamp: int = field(init=False, default_factory=lambda: next(_stamps))  # changes with every change
     _by_identity: dict[ModelIdentity, dict[str, Holding]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -145,6 +152,7 @@ class NodeLedger:
         if holding.identity is not None:
             self._by_identity.setdefault(holding.identity, {})[holding.uid] = holding
         self._free = None
+        self.stamp = next(_stamps)
 
     def force_hold(self, holding: Holding) -> None:
         """Record a pod that already runs here even if it does not fit: it really uses the cores,
@@ -174,6 +182,7 @@ class NodeLedger:
                 if not group:
                     del self._by_identity[holding.identity]
         self._free = None
+        self.stamp = next(_stamps)
         return holding
 
     def set_shared(self, uid: str, milli: int) -> None:
@@ -183,6 +192,7 @@ class NodeLedger:
         else:
             self.shared.pop(uid, None)
         self._free = None
+        self.stamp = next(_stamps)
 
     def drop_shared(self, uid: str) -> None:
         self.set_shared(uid, 0)

@@ -14,6 +14,7 @@ from extender.score import prioritize
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import read_model_pod
+from placement.fit import fmt_free
 from server.cli import demo_text, load_objects
 
 Obj = dict[str, Any]
@@ -46,7 +47,7 @@ def expected(cluster: ClusterState, p: Obj, name: str) -> tuple[bool, bool, int,
     fit = cluster.fit(demand, ledger)
     if fit.ok:
         return True, True, fit.score, ""
-    return False, fit.resolvable, 0, explain(demand, fit, ledger, name)
+    return False, fit.resolvable, 0, explain(demand, fit, fmt_free(ledger, ledger.free()), name)
 
 
 def judged(judge: Judge, p: Obj, names: list[str]) -> dict[str, tuple[bool, bool, int, str]]:

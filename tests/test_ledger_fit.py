@@ -125,9 +125,11 @@ shapes = st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(2, 24), st.sampled
 def test_free_never_negative_and_fit_agrees_with_place(shape, sequence) -> None:
     numa, cores, tpc, reserved = shape
     led = ledger([cores] * numa, tpc=tpc, reserved=reserved)
+    empty = ledger([cores] * numa, tpc=tpc, reserved=reserved)
     now = 0.0
     for op, slot, cpus, tp, policy in sequence:
         uid = f"pod-{slot}"
+        stamp, before = led.stamp, (dict(led.holdings), dict(led.shared))
         if op == "release":
             led.release(uid)
             led.drop_shared(uid)
@@ -139,6 +141,8 @@ def test_free_never_negative_and_fit_agrees_with_place(shape, sequence) -> None:
             predicted = fitmod.fit(d, led, 2, "MostAllocated")
             result = fitmod.place(led, uid, d, 2, "MostAllocated", assumed_at=now if op == "assume" else None)
             assert result == predicted  # fit says yes exactly when place succeeds
+            if not predicted.resolvable:  # decided by the demand and the node's shape, not by what it holds
+                assert fitmod.fit(d, empty, 2, "MostAllocated") == predicted
             if result.ok and result.footprint and result.footprint.exclusive:
                 assert uid in led.holdings and led.holdings[uid].cores == result.footprint.cores
                 if policy == "nri-balloons":
@@ -153,6 +157,8 @@ def test_free_never_negative_and_fit_agrees_with_place(shape, sequence) -> None:
             for n, c in h.per_numa:
                 held[n] += c
         assert all(h <= cap for h, cap in zip(held, led.capacity))  # nothing promised twice
+        if (led.holdings, led.shared) != before:
+            assert led.stamp != stamp  # what the extender remembers of the node is no longer taken as true
         now += 1
 
 
