@@ -19,6 +19,7 @@ placeholder names that each node's and pod's own names then replace.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -75,6 +76,7 @@ class _Memo:
 
     classes: dict[tuple[Any, ...], Verdict]
     nodes: dict[str, tuple[int, Verdict]]
+    untold: list[str] | None = None  # nodes `Judge.warm` has still to judge; None: not begun
 
 
 _FITS = tuple(Verdict(True, True, score, "") for score in range(MIN_SCORE, MAX_SCORE + 1))
@@ -211,9 +213,6 @@ class Judge:
         seen = self._nodes.get(ledger.name)
         if seen is None or seen[0] is not ledger:
             seen = self._see(ledger)
-        static = classes.get((seen[1],))
-        if static is not None:
-            return _with_free(static, ledger)
         cls: tuple[Any, ...] = (seen[1], ledger.free())
         if key.policy == "nri-balloons":
             if key.balloon_type in seen[2]:
@@ -222,7 +221,9 @@ class Judge:
             cls += (ledger.shared_milli,)
         verdict = classes.get(cls)
         if verdict is None:
-            verdict = classes[cls] = self._judge(key, ledger, seen[1], classes)
+            static = classes.get((seen[1],))
+            verdict = classes[cls] = (self._judge(key, ledger, seen[1], classes) if static is None
+                                      else _with_free(static, ledger))
         return verdict
 
     def verdicts(self, ref: PodRef, names: list[str]) -> list[Verdict | None]:
@@ -250,6 +251,25 @@ class Judge:
             told[name] = (stamp, verdict)
             append(verdict)
         return out
+
+    def warm(self, budget: float) -> bool:
+        """Judge, for the demands asked lately (most recent first), the nodes they have not been asked
+        about yet, for up to `budget` seconds. The server calls this between requests, so that a model's
+        next replica finds every verdict ready, whichever candidates kube-scheduler samples. True while
+        nodes remain."""
+        deadline = time.perf_counter() + budget
+        for key, memo in list(reversed(self._memos.items())):  # judging may start the memos over
+            if memo.untold is None:
+                memo.untold = [name for name in self.cluster.nodes if name not in memo.nodes]
+            untold = memo.untold
+            while untold:
+                name = untold.pop()
+                ledger = self.cluster.ledger(name)
+                if ledger is not None and name not in memo.nodes:
+                    memo.nodes[name] = (ledger.stamp, self._classify(key, ledger, memo.classes))
+                if time.perf_counter() >= deadline:
+                    return True
+        return False
 
 
 def _with_free(static: Verdict, ledger: NodeLedger) -> Verdict:

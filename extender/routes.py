@@ -7,8 +7,11 @@ only "failed filter with extender at URL …, code 400": the reason of a 400 is 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import suppress
 from itertools import chain, islice
 from typing import Any
 
@@ -26,6 +29,8 @@ log = logging.getLogger("model_placement.extender")
 
 JUDGE: web.AppKey[Judge] = web.AppKey("extender_judge", Judge)
 FIRST_REASONS = 3
+WARM_SLICE_SECONDS = 0.0005
+WARM_IDLE_SECONDS = 0.05
 
 _PASSED = metrics.FILTER_NODES.labels("passed")
 _FAILED = metrics.FILTER_NODES.labels("failed")
@@ -34,11 +39,33 @@ _UNRESOLVABLE = metrics.FILTER_NODES.labels("unresolvable")
 
 def add_routes(app: web.Application) -> None:
     app[JUDGE] = Judge(app[RUNTIME].cluster)
+    app.cleanup_ctx.append(_warm_verdicts)
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/prioritize", handle_prioritize)
     app.router.add_post("/bind", handle_bind)
     app.router.add_get("/debug/nodes", debug_nodes)
     app.router.add_get("/debug/nodes/{name}", debug_node)
+
+
+async def _warm_verdicts(app: web.Application) -> AsyncIterator[None]:
+    """Between requests, judge the nodes lately asked-for demands have not met yet (`Judge.warm`), in
+    slices short enough that a request arriving meanwhile waits at most one."""
+    judge = app[JUDGE]
+
+    async def run() -> None:
+        while True:
+            try:
+                more = judge.warm(WARM_SLICE_SECONDS)
+            except Exception:  # a bug here must not stop the warming for good, nor the serving
+                log.exception("warming verdicts failed", extra={"verb": "filter"})
+                more = False
+            await asyncio.sleep(0 if more else WARM_IDLE_SECONDS)
+
+    task = asyncio.create_task(run())
+    yield
+    task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
 
 
 def _judge(request: web.Request) -> Judge:

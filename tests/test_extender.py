@@ -16,6 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from extender.filter import Judge, filter_nodes
+from extender.routes import JUDGE
 from placement.cluster import ClusterState
 from placement.config import Settings
 from server import metrics
@@ -315,6 +317,28 @@ async def test_filter_and_prioritize_metrics_and_one_log_line_per_call(ext: Ext,
     assert again.count == 0  # type: ignore[attr-defined]  # a replica, nothing changed: nothing to compute
     debug = [r for r in caplog.records if r.levelno == logging.DEBUG]
     assert sorted(r.node for r in debug) == sorted(set(DEMO_NODES) - {"cpu-snc4"})  # type: ignore[attr-defined]
+
+
+async def test_between_requests_the_server_judges_the_nodes_a_model_was_not_asked_about(
+        ext: Ext, caplog: pytest.LogCaptureFixture) -> None:
+    """kube-scheduler samples candidates: a replica is asked about nodes its model never met. The server
+    judges those while idle, so the replica's /filter computes nothing and answers the same."""
+    caplog.set_level(logging.INFO, logger="model_placement.extender")
+    await ext.filter(model_pod("llama-0", tp=2, cpus=16), ["cpu-a1"])
+    judge = ext.served.app[JUDGE]
+    for _ in range(200):  # the app's background task warms; this only waits for it
+        if all(m.untold == [] for m in judge._memos.values()):
+            break
+        await asyncio.sleep(0.01)
+    assert all(m.untold == [] for m in judge._memos.values())
+    caplog.clear()
+    warm = await ext.filter(model_pod("llama-1", tp=2, cpus=16), DEMO_NODES)
+    (line,) = [r for r in caplog.records if r.name == "model_placement.extender"]
+    assert line.count == 0  # type: ignore[attr-defined]
+    fresh = Judge(ext.cluster)  # a judge that never warmed answers the same
+    out = filter_nodes(fresh, fresh.read_pod(model_pod("llama-1", tp=2, cpus=16)), DEMO_NODES)
+    assert warm["NodeNames"] == out.passed and warm["FailedNodes"] == out.failed
+    assert warm["FailedAndUnresolvableNodes"] == out.unresolvable
 
 
 # ------------------------------------------------------------------------------------------- bad input

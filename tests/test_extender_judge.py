@@ -108,6 +108,21 @@ def test_verdicts_follow_the_ledger_as_it_changes() -> None:
     check_all(cluster, judge, "forgotten")
 
 
+def test_warming_judges_every_node_a_model_was_not_asked_about() -> None:
+    cluster = ClusterState.from_objects(fleet(), Settings())
+    judge = Judge(cluster)
+    judged(judge, pod("seen", tp=1, cpus=8), ["cpu-a1"])
+    assert judge.warm(0)  # a zero budget: one node judged, more remain
+    while judge.warm(0):
+        pass
+    asked = judge.fits_asked
+    replica = pod("replica", tp=1, cpus=8)
+    got = judged(judge, replica, sorted(cluster.nodes))
+    assert judge.fits_asked == asked  # every verdict was ready
+    for name in cluster.nodes:
+        assert got[name] == expected(cluster, replica, name)
+
+
 def test_replicas_share_verdicts_but_each_message_names_its_own_pod() -> None:
     cluster = ClusterState.from_objects(fleet(), Settings())
     judge = Judge(cluster)
