@@ -58,11 +58,14 @@ async def read_json(request: web.Request, limit: int) -> Any:
         raise BadRequest(f"Content-Type must be application/json, got {ctype!r}")
     if request.content_length is not None and request.content_length > limit:
         raise BadRequest(f"request body of {request.content_length} bytes exceeds the limit of {limit} bytes")
-    body = bytearray()
-    async for chunk in request.content.iter_chunked(1 << 16):
-        body += chunk
-        if len(body) > limit:
-            raise BadRequest(f"request body exceeds the limit of {limit} bytes")
+    if request.content_length is not None:  # the usual case: one read, already checked against the limit
+        body: bytes | bytearray = await request.read()
+    else:  # chunked: count as it comes, so an endless body is cut off at the limit
+        body = bytearray()
+        async for chunk in request.content.iter_chunked(1 << 16):
+            body += chunk
+            if len(body) > limit:
+                raise BadRequest(f"request body exceeds the limit of {limit} bytes")
     if not body:
         raise BadRequest("request body is empty; expected a JSON object")
     try:

@@ -32,7 +32,7 @@ from server.app import Runtime
 from server.cli import demo_text, load_objects
 from tests.conftest import fixture_json
 from tests.support.servers import Served, serving
-from webhook.patch import escape, make_patch
+from webhook.patch import PatchError, apply_patch, escape, make_patch
 from webhook.review import parse_timeout
 from webhook.routes import TIMINGS
 
@@ -432,6 +432,42 @@ def test_patch_escapes_tilde_before_slash_and_creates_parents() -> None:
     assert make_patch({"a": 1}, {"a": True}) == [{"op": "replace", "path": "/a", "value": True}]
     assert make_patch({"a": [1, 2, 3]}, {"a": [1]}) == [{"op": "remove", "path": "/a/2"},
                                                         {"op": "remove", "path": "/a/1"}]
+    # The whole document (path ""), where jsonpatch is unreliable: RFC 6902 puts the value in its place.
+    assert make_patch([1], {"a": 1}) == [{"op": "replace", "path": "", "value": {"a": 1}}]
+    assert apply_patch([1], [{"op": "add", "path": "", "value": {"a": 1}}]) == {"a": 1}
+    with pytest.raises(PatchError, match="whole document"):
+        apply_patch({"a": 1}, [{"op": "remove", "path": ""}])
+
+
+JSON_DOCS = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["", "a", "x/y", "~1"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b", "x/y", "t~", "0"]),
+                                                                inner, max_size=3),
+    max_leaves=8)
+TOKENS = st.sampled_from(["a", "b", "x~1y", "t~0", "0", "1", "2", "3", "-", "01", "z", "~2"])
+
+
+@hsettings(max_examples=400, deadline=None)
+@given(doc=JSON_DOCS, ops=st.lists(st.fixed_dictionaries(
+    {"op": st.sampled_from(["add", "remove", "replace"]), "path": st.lists(TOKENS, min_size=1, max_size=3).map(
+        lambda ts: "".join("/" + t for t in ts)), "value": JSON_DOCS}), min_size=1, max_size=3))
+def test_our_patch_applier_reads_rfc_6902_as_jsonpatch_does(doc: Any, ops: list[Obj]) -> None:
+    """The runtime self-check applies patches with our own applier; here it must agree with the jsonpatch
+    package on every document and patch, those that apply and those that must fail, and never touch
+    the original."""
+    before = copy.deepcopy(doc)
+    try:
+        expected: Any = jsonpatch.apply_patch(copy.deepcopy(doc), ops)
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError, IndexError):
+        expected = PatchError
+    try:
+        got: Any = apply_patch(doc, ops)
+    except PatchError as exc:
+        assert str(exc).startswith("operation ")  # says which operation, and why
+        got = PatchError
+    event("applies" if got is not PatchError else "fails")
+    assert got == expected if got is PatchError or expected is PatchError else json.dumps(got) == json.dumps(expected)
+    assert doc == before
 
 
 async def test_pre_1_24_pod_without_metadata_namespace_uses_request_namespace(wh: Webhook) -> None:

@@ -131,18 +131,19 @@ def _json_type(value: Any) -> str:
 
 
 def too_deep(value: Any, limit: int) -> bool:
-    """Iterative, so a hostile document cannot exhaust the interpreter's stack while we look."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        # JSON decodes to dict and list: concrete type checks are far cheaper than the Mapping ABC.
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
-    return False
+    """Level by level, so a hostile document cannot exhaust the interpreter's stack while we look."""
+    level = [value]
+    for _ in range(limit):
+        below = []
+        for item in level:
+            # JSON decodes to dict and list: exact type checks are far cheaper than the Mapping ABC.
+            for child in (item.values() if type(item) is dict else item):
+                if type(child) is dict or type(child) is list:
+                    below.append(child)
+        if not below:
+            return False
+        level = below
+    return True
 
 
 # -- the shape of what the core reads ------------------------------------------------------------------

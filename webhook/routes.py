@@ -354,7 +354,8 @@ async def _serve(request: web.Request, verb: str, judge: Callable[[Review, Conte
         # A client that trickles its body must not hold a connection past the apiserver's own deadline.
         patience = max(budget.timeout, 1.0)
         try:
-            body = await asyncio.wait_for(read_json(request, ADMISSION_BODY_LIMIT), patience)
+            async with asyncio.timeout(patience):
+                body = await read_json(request, ADMISSION_BODY_LIMIT)
         except TimeoutError:
             raise BadRequest(f"request body not received within {patience:g}s") from None
         review = parse_review(body)
