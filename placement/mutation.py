@@ -39,9 +39,10 @@ def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _writable(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """A new pod whose parts this module writes (metadata, spec, affinity, containers and their
-    resources) are copies; everything else is shared with the input. Sharing is what lets the patch
-    builder skip untouched subtrees by identity, and nothing here writes to a shared part."""
+    """A new pod whose parts every mutation may write (metadata, annotations, spec, affinity) are
+    copies; everything else is shared with the input (containers are copied where they are written,
+    see `_make_guaranteed`). Sharing is what lets the patch builder and its check skip untouched
+    subtrees by identity, and nothing here writes to a shared part."""
     out = dict(pod)
     meta = out["metadata"] = dict(out.get("metadata") or {})
     if meta.get("annotations") is not None:
@@ -49,9 +50,6 @@ def _writable(pod: Mapping[str, Any]) -> dict[str, Any]:
     spec = out["spec"] = dict(out.get("spec") or {})
     if spec.get("affinity") is not None:
         spec["affinity"] = _copy(spec["affinity"])
-    for section in ("initContainers", "containers"):
-        if isinstance(spec.get(section), list):
-            spec[section] = [_writable_container(c) for c in spec[section]]
     return out
 
 
@@ -152,6 +150,8 @@ def _make_guaranteed(spec: dict[str, Any], model_container: str, tpc: int) -> No
     sidecar stays fractional: it runs in the shared pool. A value we cannot read is left for the
     validating webhook to refuse with a message."""
     for section in ("initContainers", "containers"):
+        if isinstance(spec.get(section), list):
+            spec[section] = [_writable_container(c) for c in spec[section]]
         for container in spec.get(section) or ():
             resources = container.get("resources") or {}
             container["resources"] = resources
