@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,14 +170,15 @@ def _flag(value: Any) -> bool | None:
 def container_cpu_milli(container: Mapping[str, Any]) -> tuple[int, str | None]:
     """requests.cpu, else limits.cpu (the apiserver defaults a missing request to the limit)."""
     resources = container.get("resources") or {}
-    for section in ("requests", "limits"):
-        value = (resources.get(section) or {}).get("cpu")
-        if value is not None:
-            try:
-                return cpu_milli(value), None
-            except QuantityError as exc:
-                return 0, f"container {container.get('name')!r}: {exc}"
-    return 0, None
+    value = (resources.get("requests") or {}).get("cpu")
+    if value is None:
+        value = (resources.get("limits") or {}).get("cpu")
+        if value is None:
+            return 0, None
+    try:
+        return cpu_milli(value), None
+    except QuantityError as exc:
+        return 0, f"container {container.get('name')!r}: {exc}"
 
 
 def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = "") -> ModelDemand:
@@ -260,20 +261,22 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
 def pod_shared_cpu_milli(spec: Mapping[str, Any]) -> int:
     """CPU a pod takes from the shared pool: kubelet's effective request, max(sum of app containers
     plus restartable init containers, largest regular init container). Bad quantities count as 0."""
-    def req(c: Mapping[str, Any]) -> int:
-        value, _ = container_cpu_milli(c)
-        return value
-
-    apps = sum(req(c) for c in _containers(spec.get("containers")))
+    # Read for every pod listed or watched: plain loops, no intermediate lists.
+    apps = 0
+    for c in spec.get("containers") or ():
+        if isinstance(c, _MAPPING):
+            apps += container_cpu_milli(c)[0]
     sidecars = 0
     init_peak = 0
-    for c in _containers(spec.get("initContainers")):
+    for c in spec.get("initContainers") or ():
+        if not isinstance(c, _MAPPING):
+            continue
         if c.get("restartPolicy") == "Always":
-            sidecars += req(c)
+            sidecars += container_cpu_milli(c)[0]
         else:
-            init_peak = max(init_peak, sidecars + req(c))
+            init_peak = max(init_peak, sidecars + container_cpu_milli(c)[0])
     return max(apps + sidecars, init_peak)
 
 
-def _containers(value: Any) -> Sequence[Mapping[str, Any]]:
-    return [c for c in value or () if isinstance(c, Mapping)]
+# dict first: parsed JSON is dicts, and an exact type matches ~10x faster than the Mapping ABC's check.
+_MAPPING = (dict, Mapping)

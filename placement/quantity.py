@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -41,11 +42,20 @@ def parse_quantity(value: object, what: str = "quantity") -> Decimal:
 
 def cpu_milli(value: object) -> int:
     """CPU quantity -> millicores, rounded up as the apiserver does. Negative or absurd values raise."""
-    # Fast path for the forms the apiserver normalises to ("2", "500m"): every pod event reads them.
-    if type(value) is str and value.isascii() and value.isdigit() and len(value) < 10:
-        return int(value) * 1000
-    if type(value) is str and value[-1:] == "m" and value.isascii() and value[:-1].isdigit() and len(value) < 13:
-        return int(value[:-1])
+    if type(value) is str:
+        return _cpu_milli_text(value)
+    return _parse_cpu_milli(value)
+
+
+# Every pod listed or watched reads its containers' CPU quantities, and a fleet writes only a handful of distinct
+# strings ("500m", "2", "16"): remembered, each read is one lookup. Bounded, so that odd input cannot grow it; a
+# string that does not parse raises and is not kept.
+@functools.lru_cache(maxsize=4096)
+def _cpu_milli_text(value: str) -> int:
+    return _parse_cpu_milli(value)
+
+
+def _parse_cpu_milli(value: object) -> int:
     amount = parse_quantity(value, "cpu")
     if amount < 0:
         raise QuantityError(f"cpu {value!r} is negative")

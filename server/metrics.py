@@ -16,6 +16,9 @@ LATENCY = Histogram("model_placement_http_request_duration_seconds", "HTTP reque
 ADMISSION = Counter("model_placement_admission_decisions_total",
                     "Admission decisions by webhook, resolved policy, decision and reason",
                     ["webhook", "policy", "decision", "reason"])
+REPLICA_MEMO = Counter("model_placement_mutation_replica_memo_total",
+                       "/mutate answers for a pod identical to one patched lately: reused, or stale (the "
+                       "policy resolution changed, so the pod was mutated afresh)", ["result"])
 FILTER_NODES = Counter("model_placement_extender_filter_nodes_total",
                        "Nodes judged by /filter, by outcome", ["outcome"])
 BIND = Counter("model_placement_extender_bind_total", "Bind results", ["result"])

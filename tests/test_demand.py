@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from types import MappingProxyType
 
 import pytest
 
@@ -109,6 +110,15 @@ def test_shared_pool_request_follows_kubelet_effective_request() -> None:
     assert pod_shared_cpu_milli(spec) == 3500
 
 
+def test_shared_pool_request_reads_any_mapping_and_skips_what_is_not_a_container() -> None:
+    spec = {"containers": [MappingProxyType({"name": "a", "resources": {"requests": {"cpu": "1"}}}), "junk", None,
+                           {"name": "b", "resources": {"requests": {"cpu": "bad"}}}],
+            "initContainers": [7, MappingProxyType({"name": "i", "resources": {"limits": {"cpu": "3"}}})]}
+    assert pod_shared_cpu_milli(spec) == 3000  # the init container's 3 beats the 1 (+ 0 for the bad quantity)
+    spec["initContainers"] = None
+    assert pod_shared_cpu_milli(spec) == 1000
+
+
 @pytest.mark.parametrize("value,milli", [("2", 2000), ("500m", 500), ("1.5", 1500), ("0.1", 100), ("2e3", 2_000_000),
                                          ("1k", 1_000_000), (4, 4000), ("250m", 250)])
 def test_cpu_quantities(value: object, milli: int) -> None:
@@ -121,5 +131,6 @@ def test_cpu_quantities(value: object, milli: int) -> None:
 def test_cpu_quantities_rejected(value: object) -> None:
     from placement.quantity import QuantityError, cpu_milli
 
-    with pytest.raises(QuantityError):
-        cpu_milli(value)
+    for _ in range(2):  # a string that failed is not remembered as a value
+        with pytest.raises(QuantityError):
+            cpu_milli(value)

@@ -678,10 +678,36 @@ async def test_no_time_left_admits_unchanged_with_a_warning(wh: Webhook) -> None
     # The core typically costs 3 s lately: a 2 s budget cannot take it, a 10 s one can.
     for _ in range(4):
         timings.record("mutate", 3.0)
-    answer = await wh.mutate(review("ar-pod-kserve-rs.json", uid="tight"), timeout="2s")
+    tight = review("ar-pod-kserve-rs.json", uid="tight")
+    tight["request"]["object"]["metadata"]["labels"]["release"] = "canary"  # not a replica of the pod above
+    answer = await wh.mutate(tight, timeout="2s")
     assert answer.ops == [] and "2s timeout" in answer.warning_text
     answer = await wh.mutate(review("ar-pod-kserve-rs.json", uid="roomy"), timeout="10s")
     assert answer.ops and not answer.warnings
+
+
+def replica_memo(result: str) -> float:
+    return REGISTRY.get_sample_value("model_placement_mutation_replica_memo_total", {"result": result}) or 0.0
+
+
+async def test_replicas_get_the_first_ones_patch_until_the_policy_resolution_changes(wh: Webhook) -> None:
+    """A ReplicaSet's pods arrive identical: later replicas reuse the first one's patch, as long as NRI
+    still resolves where they can land; once it does not, they are mutated afresh (best-effort)."""
+    reused, stale = replica_memo("reused"), replica_memo("stale")
+    first = await wh.mutate(review("ar-pod-kserve-rs.json", uid="replica-1"))
+    second = await wh.mutate(review("ar-pod-kserve-rs.json", uid="replica-2"))
+    assert second.response["uid"] == "replica-2" and second.ops == first.ops
+    assert second.pod["metadata"]["annotations"][TYPE] == "nri-balloons"
+    assert replica_memo("reused") == reused + 1
+    cluster = wh.served.runtime.cluster
+    for obj in load_objects(demo_text()):
+        if obj["kind"] == "BalloonsPolicy":  # the plugin is gone from the fleet
+            cluster.apply("BalloonsPolicy", "DELETED", obj)
+    third = await wh.mutate(review("ar-pod-kserve-rs.json", uid="replica-3"))
+    ann = third.pod["metadata"]["annotations"]
+    assert (ann[TYPE], ann[REASON]) == ("best-effort", "nri-resolution-failed")
+    assert not any(k.startswith(BALLOON) for k in ann)
+    assert replica_memo("stale") == stale + 1 and replica_memo("reused") == reused + 1
 
 
 # ------------------------------------------------------------------------------------- logs and metrics

@@ -26,18 +26,20 @@ import logging
 import os
 import statistics
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from placement.admission import Decision, NotAdmissible, Subject, subject_of, validate
 from placement.cluster import ClusterState
 from placement.demand import is_model_pod, pod_display_name
-from placement.mutation import mutate_pod, skip_reason
+from placement.mutation import Mutation, mutate_pod, skip_reason
+from placement.preflight import resolve_policy
 from server import metrics
 from server.app import ADMISSION_BODY_LIMIT, RUNTIME, BadRequest, json_response, read_json
 from webhook.patch import PatchError, checked_patch
@@ -105,11 +107,64 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
+class _Patched:
+    mutation: Mutation
+    ops: list[dict[str, Any]]
+    reason: str
+    message: str
+
+
+MAX_REPLICA_BYTES = 64 * 1024
+
+
+class ReplicaMemo:
+    """The patches given lately, by pod. A ReplicaSet's replicas reach /mutate identical (their names
+    are generated after admission) and one after the other, so the second and later ones are answered
+    with the first one's patch. The mutation reads one thing of the cluster, the policy resolution
+    (is the balloon type defined where the pod can land?): a remembered patch is reused only while
+    resolving again gives the same answer."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._patched: OrderedDict[tuple[str, bytes], _Patched] = OrderedDict()
+
+    @staticmethod
+    def key(review: Review) -> tuple[str, bytes] | None:
+        try:
+            text = orjson.dumps(review.object)
+        except TypeError:  # orjson.JSONEncodeError: not a JSON document we can key on
+            return None
+        # A typical pod is a few KiB; the bound keeps the memo's memory bounded whatever is sent.
+        return (review.namespace, text) if len(text) <= MAX_REPLICA_BYTES else None
+
+    def get(self, key: tuple[str, bytes], cluster: ClusterState) -> _Patched | None:
+        patched = self._patched.get(key)
+        if patched is None:
+            return None
+        m = patched.mutation
+        assert m.demand is not None and m.resolution is not None
+        if resolve_policy(m.demand, cluster.iter_eligible(m.pod["spec"]), cluster.settings.nri_enabled) \
+                != m.resolution:
+            del self._patched[key]
+            metrics.REPLICA_MEMO.labels("stale").inc()
+            return None
+        self._patched.move_to_end(key)
+        metrics.REPLICA_MEMO.labels("reused").inc()
+        return patched
+
+    def put(self, key: tuple[str, bytes], patched: _Patched) -> None:
+        self._patched[key] = patched
+        while len(self._patched) > self.size:
+            self._patched.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Context:
     cluster: ClusterState
     budget: Budget = field(default_factory=lambda: Budget.start(None))
     timings: Timings = field(default_factory=Timings)
     own_namespace: str | None = None  # never touched, whatever the webhook configuration sends
+    replicas: ReplicaMemo | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +178,7 @@ class Outcome:
 
 
 TIMINGS: web.AppKey[Timings] = web.AppKey("webhook_timings", Timings)
+REPLICAS: web.AppKey[ReplicaMemo] = web.AppKey("webhook_replicas", ReplicaMemo)
 OWN_NAMESPACE: web.AppKey[str] = web.AppKey("webhook_own_namespace", str)
 
 
@@ -138,6 +194,7 @@ def own_namespace() -> str:
 
 def add_routes(app: web.Application) -> None:
     app[TIMINGS] = Timings()
+    app[REPLICAS] = ReplicaMemo()
     app[OWN_NAMESPACE] = own_namespace()
     app.router.add_post("/mutate", mutate_handler)
     app.router.add_post("/validate", validate_handler)
@@ -202,6 +259,11 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
         text = f"model-placement cannot read this pod ({problem}); admitted unchanged"
         return Outcome(allow(uid, warnings_for(text)), "skipped", "unreadable", message=text)
     name = pod_display_name(pod, review.namespace)
+    key = ctx.replicas.key(review) if ctx.replicas is not None else None
+    patched = ctx.replicas.get(key, ctx.cluster) if ctx.replicas is not None and key is not None else None
+    if patched is not None:  # an identical pod was patched lately: every check below gave it this answer
+        return Outcome(allow(uid, patch=patched.ops), "allowed", patched.reason,
+                       patched.mutation.resolution.policy, name, patched.message)  # type: ignore[union-attr]
     why = _untouchable(review, pod, ctx)
     if why:
         return Outcome(allow(uid), "skipped", _skip_label(why), pod=name, message=why)
@@ -238,8 +300,10 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
         text = f"model-placement could not build a valid patch for {name}; admitted unchanged"
         return Outcome(allow(uid, warnings_for(text)), "degraded", "patch-error", resolution.policy, name, text)
     reason = resolution.reason or ("patched" if ops else "unchanged")
-    return Outcome(allow(uid, patch=ops), "allowed", reason, resolution.policy, name,
-                   f"{len(ops)} patch operations" if ops else "already pinned")
+    message = f"{len(ops)} patch operations" if ops else "already pinned"
+    if ctx.replicas is not None and key is not None:
+        ctx.replicas.put(key, _Patched(mutation, ops, reason, message))
+    return Outcome(allow(uid, patch=ops), "allowed", reason, resolution.policy, name, message)
 
 
 # -- /validate ---------------------------------------------------------------------------------------
@@ -368,7 +432,8 @@ async def _serve(request: web.Request, verb: str, judge: Callable[[Review, Conte
         outcome = _unreadable_review(verb, uid, str(exc))
     else:
         runtime = request.app[RUNTIME]
-        ctx = Context(runtime.cluster, budget, request.app[TIMINGS], request.app[OWN_NAMESPACE] or None)
+        ctx = Context(runtime.cluster, budget, request.app[TIMINGS], request.app[OWN_NAMESPACE] or None,
+                      request.app[REPLICAS])
         outcome = judge(review, ctx)
     _record(verb, outcome, review, started)
     return json_response(outcome.review)
