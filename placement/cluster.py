@@ -117,13 +117,15 @@ class ClusterState:
             keep_assumed = {u: r for u, r in self.pods.items() if r.assumed_at is not None}
             self.pods = {}
             self._pods_on = {}
+            # Before indexing: the ledgers still hold the previous list's pods, so none may be updated in place
+            # (holding a pod twice raises); each is rebuilt from the new list when next asked for.
+            self._mark_all_dirty()
             records = [r for r in (self._slim_pod(o) for o in objects) if r is not None]
             for rec in records:
                 old = keep_assumed.get(rec.uid)
                 if old is not None and rec.node is None:
                     rec = rec._replace(node=old.node, assumed_at=old.assumed_at)
                 self._index(rec)
-            self._mark_all_dirty()
         elif kind == "BalloonsPolicy":
             self.policies = {}
             for obj in objects:

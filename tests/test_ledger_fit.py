@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from placement import fit as fitmod
@@ -203,6 +204,25 @@ def test_assumed_pod_is_held_until_confirmed_or_expired(demo_objects) -> None:
     assert [r.uid for r in state.expire_assumed()] == ["uid-new"]
     assert sum(state.ledger("cpu-a1").free()) == 58
 
+
+def test_assumed_pod_survives_a_relist_that_shows_it_unbound_until_confirmed(demo_objects) -> None:
+    state = ClusterState(Settings(), clock=lambda: 100.0)
+    for kind in ("Node", "Pod", "BalloonsPolicy", "NodeResourceTopology"):
+        state.replace(kind, [o for o in demo_objects if o["kind"] == kind])
+    assert state.assume("uid-new", "llm", "new", replace(demand(20), pod="llm/new"), "cpu-a1").ok
+    unbound = {"metadata": {"uid": "uid-new", "name": "new", "namespace": "llm", "labels": {"model-manager.io/model": "m"}},
+               "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "20"}}}]},
+               "status": {"phase": "Pending"}}
+    state.replace("Pod", [o for o in demo_objects if o["kind"] == "Pod"] + [unbound])
+    rec = state.pods["uid-new"]
+    assert (rec.node, rec.assumed_at, rec.model.cpu_milli) == ("cpu-a1", 100.0, 20_000)
+    assert sum(state.ledger("cpu-a1").free()) == 58 - 20
+    with pytest.raises(AttributeError):  # records are shared with the ledgers: never changed in place
+        rec.node = "cpu-a2"  # type: ignore[misc]
+    assert state.confirm("uid-new")
+    assert state.pods["uid-new"].assumed_at is None and state.pods["uid-new"].node == "cpu-a1"
+    assert sum(state.ledger("cpu-a1").free()) == 58 - 20
+    assert state.expire_assumed(ttl=0) == []
 
 def test_a_models_own_pods_count_as_free_for_admission_only(demo: ClusterState) -> None:
     led = demo.ledger("cpu-full")
