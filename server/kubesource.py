@@ -182,6 +182,7 @@ def _open_list(
         del doc
         first, cont = "continue" not in query, meta.get("continue") or None
         yield items, first, cont is None, meta.get("resourceVersion", "")
+        del items  # the consumer's once yielded (see KubeSource._list)
         if cont is None:
             return
 
@@ -473,6 +474,9 @@ class KubeSource:
                     log.info("%s is served now", kind, extra={"kind": kind})
                     self.installed[kind] = True
             self._post(("page", res, items, first, last))
+            # The page is the loop thread's now: held here it would outlive its application until the next page
+            # is parsed, one more page of Python objects (~10 MB) at the peak.
+            del items
         seconds = time.monotonic() - started
         log.info("listed %d %s in %.2fs", count, kind, seconds,
                  extra={"kind": kind, "objects": count, "resource_version": self.resource_versions[kind],
