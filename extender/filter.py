@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 from placement import fit as fitmod
 from placement.cluster import ClusterState
@@ -61,8 +61,9 @@ class PodRef:
         return f"{self.display} cannot be placed until its spec is fixed: {'; '.join(self.demand.problems)}"
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
+    # A tuple of atoms, which the cyclic collector stops tracking: a warmed Judge holds tens of
+    # thousands of verdicts, and every tracked one would lengthen the collector's pauses.
     ok: bool
     resolvable: bool  # could evicting pods make it fit? (FailedNodes vs FailedAndUnresolvableNodes)
     score: int  # 0..10 when it fits, else 0
@@ -72,11 +73,16 @@ class Verdict:
 @dataclass(slots=True)
 class _Memo:
     """What one demand has been told: verdicts by class of node, and by node name with the ledger
-    stamp they were given at."""
+    stamp they were given at (two maps rather than one of pairs: no object per node to collect)."""
 
-    classes: dict[tuple[Any, ...], Verdict]
-    nodes: dict[str, tuple[int, Verdict]]
+    classes: dict[tuple[Any, ...], Verdict] = field(default_factory=dict)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    stamps: dict[str, int] = field(default_factory=dict)
     untold: list[str] | None = None  # nodes `Judge.warm` has still to judge; None: not begun
+
+    def tell(self, name: str, stamp: int, verdict: Verdict) -> None:
+        self.verdicts[name] = verdict
+        self.stamps[name] = stamp
 
 
 _FITS = tuple(Verdict(True, True, score, "") for score in range(MIN_SCORE, MAX_SCORE + 1))
@@ -172,7 +178,7 @@ class Judge:
         if memo is not None and len(memo.classes) < MAX_MEMO_CLASSES:
             self._memos.move_to_end(key)
             return memo
-        memo = self._memos[key] = _Memo({}, {})
+        memo = self._memos[key] = _Memo()
         while len(self._memos) > MAX_DEMANDS:
             self._memos.popitem(last=False)
         return memo
@@ -233,7 +239,7 @@ class Judge:
         key = ref.key
         assert key is not None
         memo = self._memo(key)
-        classes, told = memo.classes, memo.nodes
+        stamps, told = memo.stamps, memo.verdicts
         ledger_of = self.cluster.ledger
         out: list[Verdict | None] = []
         append = out.append
@@ -241,15 +247,13 @@ class Judge:
             ledger = ledger_of(name)
             if ledger is None:
                 append(None)
-                continue
-            known = told.get(name)
-            if known is not None and known[0] == ledger.stamp:
-                append(known[1])
-                continue
-            stamp = ledger.stamp
-            verdict = self._classify(key, ledger, classes)
-            told[name] = (stamp, verdict)
-            append(verdict)
+            elif stamps.get(name) == ledger.stamp:
+                append(told[name])
+            else:
+                stamp = ledger.stamp
+                verdict = self._classify(key, ledger, memo.classes)
+                memo.tell(name, stamp, verdict)
+                append(verdict)
         return out
 
     def warm(self, budget: float) -> bool:
@@ -260,13 +264,13 @@ class Judge:
         deadline = time.perf_counter() + budget
         for key, memo in list(reversed(self._memos.items())):  # judging may start the memos over
             if memo.untold is None:
-                memo.untold = [name for name in self.cluster.nodes if name not in memo.nodes]
+                memo.untold = [name for name in self.cluster.nodes if name not in memo.stamps]
             untold = memo.untold
             while untold:
                 name = untold.pop()
                 ledger = self.cluster.ledger(name)
-                if ledger is not None and name not in memo.nodes:
-                    memo.nodes[name] = (ledger.stamp, self._classify(key, ledger, memo.classes))
+                if ledger is not None and name not in memo.stamps:
+                    memo.tell(name, ledger.stamp, self._classify(key, ledger, memo.classes))
                 if time.perf_counter() >= deadline:
                     return True
         return False
