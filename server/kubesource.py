@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 import urllib3
@@ -106,9 +106,26 @@ Item = tuple[str, str, Obj]
 Event = tuple[str, str, str, Obj]  # (type, key, resourceVersion, object)
 
 
-def _prepare(res: Resource, obj: Obj) -> Item:
+class Page(NamedTuple):
+    """One page of a list, as the list worker hands it on."""
+
+    items: list[Item]
+    first: bool
+    last: bool
+    resource_version: str
+    # The items' managedFields, taken off them but freed with the page: freed one by one while the rest of the page
+    # lives, they would leave holes all over it that the next pages are parsed into, and scattered pages are slower
+    # to parse and to free.
+    stripped: list[Any]
+
+
+def _strip(obj: Obj) -> Any:
+    """Take the managedFields off (the bulk of a typical object's metadata, and nothing reads them); returns them."""
+    return obj["metadata"].pop("managedFields", None)
+
+
+def _item(res: Resource, obj: Obj) -> Item:
     meta = obj["metadata"]
-    meta.pop("managedFields", None)  # the bulk of a typical object's metadata, and nothing reads it
     return res.key(meta), meta.get("resourceVersion", ""), obj
 
 
@@ -161,8 +178,8 @@ def _chunks(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
 
 def _open_list(
     open_: Callable[[Resource, dict[str, Any]], urllib3.BaseHTTPResponse], res: Resource, page_size: int
-) -> Iterator[tuple[list[Item], bool, bool, str]]:
-    """A consistent list in pages: ``(items, first, last, resourceVersion)``; starts over if continue expires."""
+) -> Iterator[Page]:
+    """A consistent list in pages; starts over if continue expires."""
     cont: str | None = None
     while True:
         query: dict[str, Any] = {"limit": page_size}
@@ -178,11 +195,14 @@ def _open_list(
             continue
         doc = orjson.loads(_read_all(resp))
         meta = doc.get("metadata") or {}
-        items = [_prepare(res, o) for o in doc.get("items") or ()]
+        objects = doc.get("items") or ()
         del doc
+        stripped = [_strip(o) for o in objects]
         first, cont = "continue" not in query, meta.get("continue") or None
-        yield items, first, cont is None, meta.get("resourceVersion", "")
-        del items  # the consumer's once yielded (see KubeSource._list)
+        page = Page([_item(res, o) for o in objects], first, cont is None, meta.get("resourceVersion", ""), stripped)
+        del objects, stripped
+        yield page
+        del page  # the consumer's once yielded (see KubeSource._list)
         if cont is None:
             return
 
@@ -204,12 +224,14 @@ class BulkLoadGC:
 
     Why: every page parsed is ~50,000 container objects that live just long enough to be promoted to the oldest
     generation, and each full collection then re-scans everything loaded so far; at 60,000 pods that doubles the
-    CPU of the sync. With a gen-0 threshold above a page's size, pages die young. Once loaded, ``gc.freeze()``
-    moves the state (acyclic records that refcounting frees) out of the collector's sight for good, so later
-    full collections do not pause the event loop to scan 150,000 pods. Process-wide, hence one owner at a time.
+    CPU of the sync. With a gen-0 threshold above what is in flight (the page being parsed and up to
+    ``max_pending`` posted ones, ~45,000 objects each at 500 pods: a threshold of 100,000 still collected every
+    couple of pages, ~3 us per pod), pages die young. Once loaded, ``gc.freeze()`` moves the state (acyclic records
+    that refcounting frees) out of the collector's sight for good, so later full collections do not pause the
+    event loop to scan 150,000 pods. Process-wide, hence one owner at a time.
     """
 
-    THRESHOLD0 = 100_000
+    THRESHOLD0 = 1_000_000
     _lock = threading.Lock()
     _owner: object | None = None
 
@@ -465,18 +487,18 @@ class KubeSource:
         started = time.monotonic()
         count = 0
         timeout = (self.connect_timeout, self.list_timeout)
-        for items, first, last, rv in _open_list(lambda r, q: self._open(r, q, timeout), res, self.page_size):
-            count = len(items) if first else count + len(items)
-            if last:  # before the last page is posted: whoever sees `synced` sees these too
-                self.resource_versions[kind] = rv
+        for page in _open_list(lambda r, q: self._open(r, q, timeout), res, self.page_size):
+            count = len(page.items) if page.first else count + len(page.items)
+            if page.last:  # before the last page is posted: whoever sees `synced` sees these too
+                self.resource_versions[kind] = page.resource_version
                 self.objects_listed[kind] += count
                 if not self.installed[kind]:
                     log.info("%s is served now", kind, extra={"kind": kind})
                     self.installed[kind] = True
-            self._post(("page", res, items, first, last))
+            self._post(("page", res, page))
             # The page is the loop thread's now: held here it would outlive its application until the next page
             # is parsed, one more page of Python objects (~10 MB) at the peak.
-            del items
+            del page
         seconds = time.monotonic() - started
         log.info("listed %d %s in %.2fs", count, kind, seconds,
                  extra={"kind": kind, "objects": count, "resource_version": self.resource_versions[kind],
@@ -516,7 +538,8 @@ class KubeSource:
         etype = ev.get("type")
         obj = ev.get("object") or {}
         if etype in ("ADDED", "MODIFIED", "DELETED"):
-            key, rv, obj = _prepare(res, obj)
+            _strip(obj)
+            key, rv, obj = _item(res, obj)
             out.append((etype, key, rv, obj))
             self.resource_versions[res.kind] = rv
         elif etype == "BOOKMARK":
@@ -579,7 +602,7 @@ class KubeSource:
         if what == "events":
             self._deliver(res, known, op[2])
         elif what == "page":
-            self._apply_page(res, known, op[2], first=op[3], last=op[4])
+            self._apply_page(res, known, op[2])
         elif what == "absent":
             self._state.replace(res.kind, [])
             known.objects.clear()
@@ -588,7 +611,8 @@ class KubeSource:
             known.delivered = True
             self._mark_synced(res.kind, known)
 
-    def _apply_page(self, res: Resource, known: _Known, items: list[Item], *, first: bool, last: bool) -> None:
+    def _apply_page(self, res: Resource, known: _Known, page: Page) -> None:
+        items, first, last = page.items, page.first, page.last
         if first and not known.delivered:
             self._state.replace(res.kind, [obj for _key, _rv, obj in items])
             known.objects = {key: _ident(rv, obj) for key, rv, obj in items}
@@ -681,14 +705,14 @@ def _list_into(state: Sink, api_client: client.ApiClient, res: Resource, page_si
 
     n = 0
     try:
-        for items, first, _last, _rv in _open_list(open_, res, page_size):
-            if first:  # also after a restarted list: replace drops what the abandoned attempt added
-                state.replace(res.kind, [obj for _key, _rv, obj in items])
+        for page in _open_list(open_, res, page_size):
+            if page.first:  # also after a restarted list: replace drops what the abandoned attempt added
+                state.replace(res.kind, [obj for _key, _rv, obj in page.items])
                 n = 0
             else:
-                for _key, _rv, obj in items:
+                for _key, _rv, obj in page.items:
                     state.apply(res.kind, "ADDED", obj)
-            n += len(items)
+            n += len(page.items)
     except NotInstalled:
         log.warning("%s is not served (CRD not installed?): treating it as empty", res.kind,
                     extra={"kind": res.kind, "path": res.path})
