@@ -3,6 +3,7 @@
 from certs.generate import (
     Bundle,
     Issued,
+    load_ca,
     make_ca,
     make_client_cert,
     make_serving_cert,
@@ -10,13 +11,15 @@ from certs.generate import (
     service_dns_names,
     write_bundle,
 )
-from certs.reload import ReloadError, ReloadingTLS, server_ssl_context
+from certs.reload import ReloadError, ReloadingTLS, check_tls_files, server_ssl_context
 
 __all__ = [
     "Bundle",
     "Issued",
     "ReloadError",
     "ReloadingTLS",
+    "check_tls_files",
+    "load_ca",
     "make_ca",
     "make_client_cert",
     "make_serving_cert",

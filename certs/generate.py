@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 log = logging.getLogger("model_placement.certs")
@@ -28,6 +28,8 @@ log = logging.getLogger("model_placement.certs")
 CERT_FILE = "tls.crt"
 KEY_FILE = "tls.key"
 CA_FILE = "ca.crt"
+CA_KEY_FILE = "ca.key"
+CA_DAYS = 3650  # the CA outlives many serving certificates: renewing one must not change the caBundle
 
 # Clock skew between this host and the apiserver must not make a fresh certificate "not yet valid".
 _BACKDATE = dt.timedelta(minutes=5)
@@ -131,7 +133,7 @@ def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
     )
 
 
-def make_ca(common_name: str = "model-placement-ca", days: int = 365) -> Issued:
+def make_ca(common_name: str = "model-placement-ca", days: int = CA_DAYS) -> Issued:
     """A self-signed ECDSA P-256 CA (basicConstraints CA:true, keyCertSign)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -184,19 +186,62 @@ def write_file_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     os.replace(tmp, path)
 
 
+def load_ca(cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]) -> Issued:
+    """An existing CA, to issue a new serving certificate under the same caBundle. ValueError names the file."""
+    paths = Path(cert_file), Path(key_file)
+    data = []
+    for role, path in zip(("--ca-cert", "--ca-key"), paths):
+        try:
+            data.append(path.read_bytes())
+        except OSError as exc:
+            raise ValueError(f"cannot read the CA {role[5:]} ({role}) {path}: {exc.strerror or exc}") from None
+    try:
+        cert = x509.load_pem_x509_certificate(data[0])
+    except ValueError:
+        raise ValueError(f"--ca-cert {paths[0]} holds no PEM certificate") from None
+    try:
+        key = serialization.load_pem_private_key(data[1], password=None)
+    except (ValueError, TypeError):
+        raise ValueError(f"--ca-key {paths[1]} holds no unencrypted PEM private key") from None
+    if not isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
+        raise ValueError(f"--ca-key {paths[1]} is a {type(key).__name__}; an ECDSA or RSA key can sign")
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
+        raise ValueError(f"--ca-key {paths[1]} is not the key of the CA certificate {paths[0]}")
+    try:
+        is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        is_ca = False
+    if not is_ca:
+        raise ValueError(f"--ca-cert {paths[0]} is not a CA certificate (no basicConstraints CA:true)")
+    if cert.not_valid_after_utc <= dt.datetime.now(dt.timezone.utc):
+        raise ValueError(f"--ca-cert {paths[0]} expired on {cert.not_valid_after_utc:%Y-%m-%d}: make a new CA "
+                         "(and roll the caBundle as docs/install.md describes)")
+    return Issued(cert, key)  # type: ignore[arg-type]
+
+
 def write_bundle(
     service: str,
     namespace: str,
     out_dir: str | os.PathLike[str],
     days: int = 365,
     extra_sans: Iterable[str] = (),
+    ca: Issued | None = None,
+    write_ca_key: bool = False,
+    ca_days: int = CA_DAYS,
 ) -> Bundle:
-    """Generate a new CA and serving certificate; write ``tls.crt``, ``tls.key`` (0600) and ``ca.crt``."""
+    """Issue a serving certificate from `ca` (else from a new CA, valid `ca_days`); write ``tls.crt``,
+    ``tls.key`` (0600) and ``ca.crt``, and a new CA's key as ``ca.key`` (0600) only with `write_ca_key`."""
     for what, value in (("service", service), ("namespace", namespace)):
         if not _DNS_LABEL.match(value):
             raise ValueError(f"{what} {value!r} is not a DNS-1123 label")
-    ca = make_ca(days=days)
+    new_ca = ca is None
+    if ca is None:
+        ca = make_ca(days=ca_days)
     leaf = make_serving_cert(ca, service, namespace, days, extra_sans)
+    if leaf.cert.not_valid_after_utc > ca.cert.not_valid_after_utc:
+        raise ValueError(f"a {days}-day serving certificate would outlive its CA (valid until "
+                         f"{ca.cert.not_valid_after_utc:%Y-%m-%d}): lower --days or make a new CA")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     bundle = Bundle(
@@ -208,6 +253,8 @@ def write_bundle(
     )
     # Each file is replaced atomically; between the renames a reloader sees a key that does not match the
     # certificate, refuses it and retries on its next poll.
+    if new_ca and write_ca_key:
+        write_file_atomic(out / CA_KEY_FILE, ca.key_pem, 0o600)
     write_file_atomic(bundle.key_file, leaf.key_pem, 0o600)
     write_file_atomic(bundle.cert_file, leaf.cert_pem)
     write_file_atomic(bundle.ca_file, ca.cert_pem)
@@ -223,17 +270,33 @@ def write_bundle(
     return bundle
 
 
-def run_certs_command(service: str, namespace: str, out_dir: str | os.PathLike[str], days: int = 365) -> int:
+def run_certs_command(
+    service: str,
+    namespace: str,
+    out_dir: str | os.PathLike[str],
+    days: int = 365,
+    *,
+    ca_cert: str | None = None,
+    ca_key: str | None = None,
+    write_ca_key: bool = False,
+    ca_days: int = CA_DAYS,
+) -> int:
     """``model-placement certs``: write the bundle, print a summary and the ``caBundle`` line; exit status."""
     try:
-        bundle = write_bundle(service, namespace, out_dir, days)
+        ca = load_ca(ca_cert, ca_key) if ca_cert and ca_key else None
+        bundle = write_bundle(service, namespace, out_dir, days, ca=ca, write_ca_key=write_ca_key, ca_days=ca_days)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"model-placement: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"error: cannot write TLS bundle to {out_dir}: {exc}", file=sys.stderr)
-        return 1
-    print(f"wrote {bundle.cert_file}, {bundle.key_file} (0600), {bundle.ca_file}")
+        print(f"model-placement: cannot write the TLS bundle to {out_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    ca_text = f"the existing CA {ca_cert}" if ca_cert else "a new CA"
+    print(f"wrote {bundle.cert_file}, {bundle.key_file} (0600), {bundle.ca_file}"
+          + (f", {Path(out_dir) / CA_KEY_FILE} (0600)" if write_ca_key and not ca_cert else ""))
+    print(f"issued by: {ca_text}" + ("" if ca_cert or write_ca_key else
+                                     " (its key was not kept: renew with --write-ca-key next time, "
+                                     "or the caBundle changes)"))
     print(f"valid for: {', '.join(service_dns_names(service, namespace))}")
     print(f"expires: {bundle.not_after.isoformat()}")
     print(f"caBundle: {bundle.ca_bundle_b64}")

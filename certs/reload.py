@@ -23,7 +23,8 @@ import ssl
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
 
 log = logging.getLogger("model_placement.certs")
 
@@ -150,21 +151,71 @@ class ReloadingTLS:
     def _load(self) -> tuple[bytes, ssl.SSLContext, x509.Certificate]:
         """Build a fresh context from the files; return the content digest read *after* loading, so a caller
         can tell whether the files moved underneath it."""
+        cert = check_tls_files(self.cert_file, self.key_file, self.client_ca_file)
         try:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-            ctx.load_cert_chain(self.cert_file, self.key_file)  # raises if the key does not match the cert
+            ctx.load_cert_chain(self.cert_file, self.key_file)
             if self.client_ca_file is not None:
                 ctx.load_verify_locations(cafile=self.client_ca_file)
                 ctx.verify_mode = ssl.CERT_REQUIRED
-            cert = x509.load_pem_x509_certificates(self.cert_file.read_bytes())[0]
             digest = self._digest_files()
-        except (OSError, ValueError, IndexError) as exc:  # ssl.SSLError is an OSError
-            raise ReloadError(f"{type(exc).__name__}: {exc}") from exc
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise ReloadError(f"TLS files {self.cert_file}, {self.key_file} cannot be served: {exc}") from exc
         expiry = cert.not_valid_after_utc
         if expiry <= dt.datetime.now(dt.timezone.utc):
             log.warning("serving certificate has expired", extra={"not_after": expiry.isoformat()})
         return digest, ctx, cert
+
+
+def _read(path: Path, role: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ReloadError(f"cannot read the {role} {path}: {exc.strerror or exc}") from None
+
+
+def _pem_kinds(data: bytes) -> str:
+    kinds = sorted({line[11:-5].decode("ascii", "replace") for line in data.splitlines()
+                    if line.startswith(b"-----BEGIN ") and line.endswith(b"-----")})
+    return ", ".join(kinds) or "no PEM block"
+
+
+def check_tls_files(
+    cert_file: str | os.PathLike[str] | None,
+    key_file: str | os.PathLike[str] | None,
+    client_ca_file: str | os.PathLike[str] | None = None,
+) -> x509.Certificate:
+    """The serving certificate, once the files are known to be a certificate and its own private key;
+    otherwise a ReloadError that names the file and what is wrong with it (the classic mis-mounted Secret:
+    a CA certificate where the key should be, or the key of an earlier certificate)."""
+    if cert_file is None or key_file is None:
+        raise ReloadError("TLS needs both --tls-cert and --tls-key (or --insecure-http for plain HTTP)")
+    cert_path, key_path = Path(cert_file), Path(key_file)
+    cert_pem, key_pem = _read(cert_path, "TLS certificate (--tls-cert)"), _read(key_path, "TLS key (--tls-key)")
+    try:
+        cert = x509.load_pem_x509_certificates(cert_pem)[0]
+    except (ValueError, IndexError):
+        raise ReloadError(f"TLS certificate (--tls-cert) {cert_path} holds no PEM certificate "
+                          f"(found: {_pem_kinds(cert_pem)})") from None
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise ReloadError(f"TLS key (--tls-key) {key_path} holds no unencrypted PEM private key "
+                          f"(found: {_pem_kinds(key_pem)})") from None
+    same = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*same) != cert.public_key().public_bytes(*same):
+        raise ReloadError(f"TLS key (--tls-key) {key_path} is not the key of the certificate in {cert_path} "
+                          f"(subject {cert.subject.rfc4514_string()}): the two files are from different pairs")
+    if client_ca_file is not None:
+        ca_path = Path(client_ca_file)
+        ca_pem = _read(ca_path, "client CA (--client-ca)")
+        try:
+            x509.load_pem_x509_certificates(ca_pem)
+        except ValueError:
+            raise ReloadError(f"client CA (--client-ca) {ca_path} holds no PEM certificate "
+                              f"(found: {_pem_kinds(ca_pem)})") from None
+    return cert
 
 
 def server_ssl_context(

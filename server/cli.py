@@ -1,291 +1,318 @@
-"""The `model-placement` command: render, report, serve | webhook | extender, certs, balloons-policy."""
+"""The `model-placement` command: render, report, serve | webhook | extender, certs, balloons-policy.
+
+Exit codes: 0 done (or admitted), 3 refused (`render`), 2 bad input or configuration. Bad input is one
+sentence naming the file, flag or field, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
+import os
 import sys
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 from importlib import resources
-from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-import yaml
-
-from placement.admission import NotAdmissible, subject_of, validate
 from placement.cluster import ClusterState
 from placement.config import ConfigError, Settings, load_settings
-from placement.demand import pod_display_name
-from placement.preflight import rank
 from server import logs
+from server.inputs import InputError, flatten, load_cluster_file, parse_documents
 
 log = logging.getLogger("model_placement.cli")
 
+PROG = "model-placement"
 DEFAULT_PORTS = {"webhook": 8443, "extender": 8444, "serve": 8443}
+SERVERS = ("serve", "webhook", "extender")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+DEMO_NOTICE = ("using the bundled demo fleet (7 invented nodes, not your cluster): give --cluster FILE or "
+               "--kubeconfig FILE to judge against a real one")
 
 
-# -- loading -----------------------------------------------------------------------------------------
-
-def load_objects(text: str) -> list[dict[str, Any]]:
-    """A `kubectl get … -o yaml` List, a JSON List, or multi-document YAML, flattened to objects."""
-    out: list[dict[str, Any]] = []
-    for doc in yaml.safe_load_all(text):
-        if not isinstance(doc, dict):
-            continue
-        if doc.get("kind", "").endswith("List") and isinstance(doc.get("items"), list):
-            for item in doc["items"]:
-                if isinstance(item, dict):
-                    # kubectl's typed lists (PodList…) leave kind off the items.
-                    item.setdefault("kind", doc["kind"].removesuffix("List") or item.get("kind"))
-                    out.append(item)
-        else:
-            out.append(doc)
-    return out
-
+# -- the demo fleet and cluster sources ---------------------------------------------------------------
 
 def demo_text() -> str:
     return resources.files("placement").joinpath("demo/cluster.yaml").read_text()
 
 
-def load_cluster(args: argparse.Namespace, settings: Settings) -> ClusterState:
-    if getattr(args, "kubeconfig", None) or getattr(args, "in_cluster", False):
-        from server.kubeapi import make_api_client
-        from server.kubesource import list_once
+def load_objects(text: str, source: str = "input") -> list[dict[str, Any]]:
+    """A `kubectl get … -o yaml|json` List, a JSON List, or multi-document YAML, flattened to objects."""
+    return flatten(parse_documents(text.encode(), source), source)
+
+
+def snapshot_objects(args: argparse.Namespace, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The objects of `--cluster FILE` (each malformed one named and skipped), else the demo fleet's."""
+    if not args.cluster:
+        say(DEMO_NOTICE)
+        return load_objects(demo_text(), "the demo fleet")
+    loaded = load_cluster_file(args.cluster, args.strict)
+    for sentence in loaded.skipped:
+        say(sentence)
+    if loaded.skipped or loaded.ignored:
+        say(loaded.summary() + ("" if not loaded.skipped else " (--strict makes a malformed object an error)"))
+    return loaded.objects
+
+
+def snapshot_state(args: argparse.Namespace, settings: Settings) -> ClusterState:
+    """The servers' state when not connected to a cluster (notices go to the JSON log)."""
+    return ClusterState.from_objects(snapshot_objects(args, log.warning), settings)
+
+
+def load_cluster(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]
+                 ) -> tuple[ClusterState, dict[str, list[Any]]]:
+    """The cluster state, and the nodes' taints where the source has them (kube-scheduler's filter)."""
+    if args.kubeconfig or args.in_cluster:
+        from server.inputs import api_client, list_cluster
 
         state = ClusterState(settings)
-        list_once(state, make_api_client(args.kubeconfig, args.in_cluster))
-        return state
-    text = Path(args.cluster).read_text() if getattr(args, "cluster", None) else demo_text()
-    return ClusterState.from_objects(load_objects(text), settings)
+        list_cluster(state, api_client(args.kubeconfig, args.in_cluster))
+        return state, {}
+    objects = snapshot_objects(args, say)
+    taints = {o["metadata"]["name"]: (o.get("spec") or {}).get("taints") or [] for o in objects
+              if o.get("kind") == "Node"}
+    return ClusterState.from_objects(objects, settings), taints
 
 
-def load_config(args: argparse.Namespace) -> Settings:
-    return load_settings(getattr(args, "config", None))
+# -- commands ----------------------------------------------------------------------------------------
+
+def run_render(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
+    from server.inputs import load_manifests
+    from server.render import dump_yaml, exit_code, print_text, render
+
+    objects = load_manifests(args.file)  # before the cluster: a typo in FILE should not wait for a list
+    state, taints = load_cluster(args, settings, say)
+    results = render(objects, state, taints)
+    if args.output == "json":
+        print(json.dumps(results, indent=2, ensure_ascii=False))
+    elif args.output == "yaml":
+        print(dump_yaml(results, many=True), end="")
+    else:
+        print_text(results)
+    return exit_code(results)
 
 
-# -- report ------------------------------------------------------------------------------------------
+def run_report(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
+    from server.report import print_table, report
 
-def report(state: ClusterState) -> list[dict[str, Any]]:
-    return [ledger.to_json() for ledger in state.ledgers()]
-
-
-def print_report_table(state: ClusterState, out: Any = sys.stdout) -> None:
-    header = f"{'NODE':<12} {'NUMA':>4} {'CPUS':<22} {'RESERVED':<16} {'CORES':>5} {'FREE':>5}  MODEL PODS (balloon, cores)"
-    print(header, file=out)
-    print("-" * len(header), file=out)
-    for ledger in state.ledgers():
-        free = ledger.free()
-        nri = ledger.nri
-        policy = f"{nri.policy.namespace}/{nri.policy.name}" if nri.policy else "no BalloonsPolicy"
-        status = "" if nri.running else f", NRI {nri.status or 'absent'}"
-        print(f"{ledger.name:<12} {ledger.topology.numa_count} NUMA × {len(ledger.topology.numa_nodes[0].cores) if ledger.topology.numa_nodes else 0} cores"
-              f" × {ledger.threads_per_core} threads (from {ledger.topology.source}); reserved {ledger.reserved} from {ledger.reserved_source};"
-              f" {policy}{status}; shared pool {ledger.shared_milli / 1000:g}/{ledger.shared_pool_cpus} CPUs requested"
-              f"{f', {ledger.elastic_cores} model cores lent to it' if ledger.elastic_cores else ''}", file=out)
-        for numa in ledger.topology.numa_nodes:
-            pods = [
-                f"{h.pod.split('/', 1)[-1]} ({h.balloon_type or 'kubelet-static'}, {c}{' assumed' if h.assumed else ''})"
-                for h in ledger.holdings.values() for n, c in h.per_numa if n == numa.id
-            ]
-            print(f"{'':<12} {numa.id:>4} {str(numa.cpus):<22} {str(ledger.reserved & numa.cpus) or '-':<16} "
-                  f"{ledger.capacity[numa.id]:>5} {free[numa.id]:>5}  {'; '.join(pods) or '-'}", file=out)
-    total_free = sum(sum(ledger.free()) for ledger in state.ledgers())
-    total = sum(sum(ledger.capacity) for ledger in state.ledgers())
-    print(f"\n{len(state.nodes)} nodes, {total_free} of {total} model cores free "
-          "(CORES: physical cores no reserved CPU touches; FREE: not held by model pods or the shared pool)", file=out)
-    for note in state.notes:
-        print(f"note: {note}", file=out)
+    state, _ = load_cluster(args, settings, say)
+    if args.output == "json":
+        print(json.dumps(report(state), indent=2, ensure_ascii=False))
+    else:
+        print_table(state)
+    return 0
 
 
-# -- render ------------------------------------------------------------------------------------------
+def run_balloons_policy(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
+    from server.policies import balloons_policies
+    from server.render import dump_yaml
 
-def render(objects: Sequence[dict[str, Any]], state: ClusterState) -> list[dict[str, Any]]:
-    results = []
-    for obj in objects:
-        try:
-            subject = subject_of(obj)
-        except NotAdmissible as exc:
-            results.append({"object": f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}", "error": str(exc)})
-            continue
-        decision = validate(subject, state)
-        mutation = decision.mutation
-        demand = mutation.demand
-        entry: dict[str, Any] = {"object": f"{subject.kind} {pod_display_name(obj, subject.namespace)}"}
-        if demand is None:
-            entry["skipped"] = mutation.skipped
-            results.append(entry)
-            continue
-        entry["demand"] = {
-            "model_container": demand.container, "tp": demand.tp, "tp_source": demand.tp_source,
-            "cpus": demand.cpus, "requested_policy": demand.requested_policy,
-            "policy": mutation.resolution.policy if mutation.resolution else None,
-            "reason": mutation.resolution.reason if mutation.resolution else None,
-            "balloon_type": demand.balloon_type, "replicas": subject.replicas, "preflight": demand.preflight,
-        }
-        entry["verdict"] = {
-            "allowed": decision.allowed, "check": decision.check, "message": decision.message,
-            "warnings": list(decision.warnings),
-        }
-        # The extender counts what is held now (admission counts the model's own pods as free).
-        resolved = replace(demand, resolved_policy=entry["demand"]["policy"])
-        fits = rank([state.fit(resolved, ledger) for ledger in state.eligible(mutation.pod["spec"])])
-        entry["ranking"] = [
-            {"node": f.node, "score": f.score, "numa_cores": {str(n): c for n, c in f.per_numa}} for f in fits if f.ok
-        ]
-        entry["filtered"] = [
-            {"node": f.node, "list": "FailedNodes" if f.resolvable else "FailedAndUnresolvableNodes",
-             "check": f.check, "reason": f.reason} for f in fits if not f.ok
-        ]
-        entry["mutated"] = _as_object(obj, subject.kind, mutation.pod)
-        results.append(entry)
-    return results
+    state, _ = load_cluster(args, settings, say)
+    unknown = [n for n in args.nodes if n not in state.nodes]
+    if unknown:
+        raise InputError(f"no node named {', '.join(unknown)} in the cluster (nodes: {', '.join(sorted(state.nodes))})")
+    print(dump_yaml(balloons_policies(state, args.nodes, args.namespace), many=True), end="")
+    return 0
 
 
-def _as_object(original: dict[str, Any], kind: str, pod: dict[str, Any]) -> dict[str, Any]:
-    if kind == "Pod":
-        return pod
-    out = json.loads(json.dumps(original))
-    template = out["spec"]["template"]
-    meta = dict(pod["metadata"])
-    meta.pop("namespace", None)
-    if not (original["spec"]["template"].get("metadata") or {}).get("name"):
-        meta.pop("name", None)
-    template["metadata"] = meta
-    template["spec"] = pod["spec"]
-    return out
+def run_certs(args: argparse.Namespace) -> int:
+    from certs import run_certs_command
 
+    return run_certs_command(args.service, args.namespace, args.out, args.days, ca_cert=args.ca_cert,
+                             ca_key=args.ca_key, write_ca_key=args.write_ca_key, ca_days=args.ca_days)
 
-def print_render_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
-    for entry in results:
-        print(f"=== {entry['object']}", file=out)
-        if "error" in entry or "skipped" in entry:
-            print(f"  {entry.get('error') or 'left alone: ' + str(entry['skipped'])}\n", file=out)
-            continue
-        d = entry["demand"]
-        reason = f" (requested {d['requested_policy']}: {d['reason']})" if d["reason"] else ""
-        print(f"demand:  model container {d['model_container']!r}, {d['cpus']} CPUs, TP={d['tp']} "
-              f"({d['tp_source']}), policy {d['policy']}{reason}, balloon {d['balloon_type']}, "
-              f"replicas {d['replicas']}, preflight {d['preflight']}", file=out)
-        v = entry["verdict"]
-        state = "ADMITTED" if v["allowed"] else "REFUSED"
-        print(f"verdict: {state}" + (f" [{v['check']}]" if v["message"] else ""), file=out)
-        if v["message"]:
-            print(f"  {v['message']}", file=out)
-        for w in v["warnings"]:
-            print(f"  warning: {w}", file=out)
-        print("ranking (what the extender answers):", file=out)
-        for i, r in enumerate(entry["ranking"], 1):
-            numa = ", ".join(f"NUMA {n}: {c} cores" for n, c in r["numa_cores"].items()) or "shared pool"
-            print(f"  {i}. {r['node']:<12} score {r['score']:>2}/10  {numa}", file=out)
-        for f in entry["filtered"]:
-            print(f"  -  {f['node']:<12} {f['list']}: {f['reason']}", file=out)
-        print("mutated object:", file=out)
-        print("  " + yaml.safe_dump(entry["mutated"], sort_keys=False, width=120).replace("\n", "\n  ").rstrip(), file=out)
-        print(file=out)
-
-
-# -- servers -----------------------------------------------------------------------------------------
 
 def run_server(args: argparse.Namespace, settings: Settings) -> int:
     from server.runner import run
 
-    return asyncio.run(run(args, settings))
+    try:
+        return asyncio.run(run(args, settings))
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+        raise
+
+
+# -- the parser --------------------------------------------------------------------------------------
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"{message} (see `{self.prog} --help`)")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0-65535; 0 picks a free one)")
+    return port
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _flag(p: argparse.ArgumentParser, *names: str, default: Any, help: str, suppress: bool = False,
+          shown: str | None = None, **kw: Any) -> None:
+    """Every flag says its default; `suppress` (on a subcommand) keeps a global flag given before the
+    subcommand from being reset by the subcommand's default."""
+    text = f"{help} (default: {shown if shown is not None else default})"
+    p.add_argument(*names, default=argparse.SUPPRESS if suppress else default, help=text, **kw)
+
+
+GLOBALS = {"log_level": "info", "config": None, "cluster": None, "kubeconfig": None, "strict": False}
+
+
+def _global_flags(p: argparse.ArgumentParser, suppress: bool, cluster: bool = True) -> None:
+    _flag(p, "--log-level", default="info", choices=LOG_LEVELS, suppress=suppress,
+          help="log level of the JSON log lines on stderr")
+    if not cluster:
+        return
+    _flag(p, "--config", metavar="FILE", default=None, suppress=suppress, shown="built-in defaults",
+          help="settings YAML; MM_* environment variables override it")
+    _flag(p, "--cluster", metavar="FILE", default=None, suppress=suppress, shown="the bundled demo fleet",
+          help="what `kubectl get nodes,pods,balloonspolicies,noderesourcetopologies -A -o yaml|json` prints")
+    _flag(p, "--kubeconfig", metavar="FILE", default=None, suppress=suppress, shown="none",
+          help="read the live cluster through this kubeconfig")
+    _flag(p, "--strict", action="store_true", default=False, suppress=suppress,
+          help="a malformed object in --cluster is an error instead of being skipped")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _global_flags(p, suppress=False)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+
+    r = sub.add_parser("render", help="dry run: the server's verdict, patch and node ranking with reasons")
+    r.add_argument("file", metavar="FILE", help="a Pod, Deployment or StatefulSet manifest (several documents "
+                   "are fine); - reads standard input")
+    _global_flags(r, suppress=True)
+    _flag(r, "-o", "--output", choices=["text", "yaml", "json"], default="text", help="output format")
+
+    rep = sub.add_parser("report", help="per node and NUMA node: model pods, balloons, CPUs, free cores")
+    _global_flags(rep, suppress=True)
+    _flag(rep, "-o", "--output", choices=["table", "json"], default="table", help="output format")
+
+    for name, what in (("serve", "webhook and extender in one process"),
+                       ("webhook", "the admission webhook (/mutate, /validate)"),
+                       ("extender", "the scheduler extender (/filter, /prioritize, /bind)")):
+        s = sub.add_parser(name, help=what)
+        _global_flags(s, suppress=True)
+        _flag(s, "--in-cluster", action="store_true", default=False, help="read the cluster through the pod's "
+              "service account")
+        _flag(s, "--host", default="0.0.0.0", metavar="ADDRESS", help="address to listen on")
+        _flag(s, "--port", type=_port, default=DEFAULT_PORTS[name], help="TCP port to listen on (0: any free one)")
+        _flag(s, "--tls-cert", metavar="FILE", default=None, shown="none", help="serving certificate (PEM); "
+              "reloaded when the file changes")
+        _flag(s, "--tls-key", metavar="FILE", default=None, shown="none", help="its private key (PEM)")
+        _flag(s, "--client-ca", metavar="FILE", default=None, shown="none: no client certificate asked",
+              help="require client certificates signed by this CA")
+        _flag(s, "--insecure-http", action="store_true", default=False,
+              help="plain HTTP (tests, or an http:// extender URL)")
+        _flag(s, "--cert-check-seconds", type=_positive(float), default=10.0, metavar="SECONDS",
+              help="how often the certificate files are checked for rotation")
+        _flag(s, "--shutdown-grace-seconds", type=_positive(float), default=20.0, metavar="SECONDS",
+              help="on SIGTERM, how long in-flight requests may take")
+        _flag(s, "--drain-seconds", type=float, default=2.0, metavar="SECONDS",
+              help="on SIGTERM, how long readiness is false before the listener closes")
+        _flag(s, "--extender-body-limit", type=_positive(int), default=None, metavar="BYTES", shown="256 MiB",
+              help="largest /filter or /prioritize request body")
+
+    c = sub.add_parser("certs", help="a CA (or an existing one) + serving certificate + caBundle")
+    _global_flags(c, suppress=True, cluster=False)
+    c.add_argument("--service", required=True, help="the Service the certificate is for (required)")
+    c.add_argument("--namespace", required=True, help="its namespace (required)")
+    _flag(c, "--out", default=".", metavar="DIR", help="where tls.crt, tls.key and ca.crt are written")
+    _flag(c, "--days", type=_positive(int), default=365, help="validity of the serving certificate")
+    _flag(c, "--ca-cert", metavar="FILE", default=None, shown="a new CA",
+          help="issue from this existing CA certificate (renewal: the caBundle stays the same); needs --ca-key")
+    _flag(c, "--ca-key", metavar="FILE", default=None, shown="none", help="the existing CA's private key")
+    _flag(c, "--write-ca-key", action="store_true", default=False,
+          help="with a new CA, also write its key to DIR/ca.key (0600), to renew from it later")
+    _flag(c, "--ca-days", type=_positive(int), default=3650, help="validity of a new CA")
+
+    b = sub.add_parser("balloons-policy", help="the per-node BalloonsPolicy the topology model implies")
+    b.add_argument("nodes", nargs="+", metavar="NODE", help="node names")
+    _global_flags(b, suppress=True)
+    _flag(b, "--namespace", default="kube-system", help="namespace of the BalloonsPolicy objects")
+    return p
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    args = parser().parse_args(argv)
+    for key, value in GLOBALS.items():
+        if not hasattr(args, key):
+            setattr(args, key, value)
+    if args.command == "certs":
+        given = [f"--{k.replace('_', '-')}" for k in ("config", "cluster", "kubeconfig") if getattr(args, k)]
+        if given:
+            raise InputError(f"{', '.join(given)} does not apply to certs (see `{PROG} certs --help`)")
+        if bool(args.ca_cert) != bool(args.ca_key):
+            raise InputError("--ca-cert and --ca-key go together: give both to issue from an existing CA")
+    args.in_cluster = getattr(args, "in_cluster", False)
+    sources = [f for f, on in (("--cluster", args.cluster), ("--kubeconfig", args.kubeconfig),
+                               ("--in-cluster", args.in_cluster)) if on]
+    if len(sources) > 1:
+        raise InputError(f"give one of --cluster, --kubeconfig, --in-cluster, not {' and '.join(sources)}")
+    return args
 
 
 # -- main --------------------------------------------------------------------------------------------
 
-def _cluster_flags(p: argparse.ArgumentParser, live: bool = True) -> None:
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--cluster", metavar="FILE", help="kubectl get nodes,pods,balloonspolicies,"
-                       "noderesourcetopologies -A -o yaml output (default: the bundled demo fleet)")
-    group.add_argument("--kubeconfig", metavar="FILE", help="read the live cluster through this kubeconfig")
-    if live:
-        group.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
-    p.add_argument("--config", metavar="FILE", help="settings YAML (environment MM_* overrides it)")
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="model-placement", description=__doc__)
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    sub = p.add_subparsers(dest="command", required=True)
-
-    r = sub.add_parser("render", help="dry run: mutated object, verdict, node ranking with reasons")
-    r.add_argument("file", help="a Pod, Deployment or StatefulSet manifest (multi-document YAML is fine)")
-    _cluster_flags(r)
-    r.add_argument("-o", "--output", choices=["text", "yaml", "json"], default="text")
-
-    rep = sub.add_parser("report", help="per node and NUMA node: model pods, balloons, CPUs, free")
-    _cluster_flags(rep)
-    rep.add_argument("-o", "--output", choices=["table", "json"], default="table")
-
-    for name in ("serve", "webhook", "extender"):
-        s = sub.add_parser(name, help={"serve": "webhook and extender in one process",
-                                       "webhook": "the admission webhook (/mutate, /validate)",
-                                       "extender": "the scheduler extender (/filter, /prioritize, /bind)"}[name])
-        _cluster_flags(s)
-        s.add_argument("--host", default="0.0.0.0")
-        s.add_argument("--port", type=int, default=DEFAULT_PORTS[name])
-        s.add_argument("--tls-cert", metavar="FILE")
-        s.add_argument("--tls-key", metavar="FILE")
-        s.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA")
-        s.add_argument("--insecure-http", action="store_true", help="plain HTTP (tests, or an http:// extender URL)")
-        s.add_argument("--cert-check-seconds", type=float, default=10.0)
-        s.add_argument("--shutdown-grace-seconds", type=float, default=20.0)
-        s.add_argument("--drain-seconds", type=float, default=2.0)
-        s.add_argument("--extender-body-limit", type=int, default=None, metavar="BYTES")
-
-    c = sub.add_parser("certs", help="CA + serving certificate + caBundle")
-    c.add_argument("--service", required=True)
-    c.add_argument("--namespace", required=True)
-    c.add_argument("--out", default=".")
-    c.add_argument("--days", type=int, default=365)
-
-    b = sub.add_parser("balloons-policy", help="render the per-node BalloonsPolicy from the topology model")
-    b.add_argument("nodes", nargs="*", metavar="NODE")
-    _cluster_flags(b)
-    b.add_argument("--namespace", default="kube-system")
-    return p
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `| head` closed the pipe: what was wanted has been read. Point stdout at /dev/null so that the
+        # interpreter's final flush does not complain.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from certs import ReloadError
+
+    try:
+        args = parse(argv)
+    except InputError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
     logs.configure(args.log_level)
+    server = args.command in SERVERS
+
+    def say(text: str) -> None:
+        print(f"{PROG}: {text}", file=sys.stderr)
+
     try:
         if args.command == "certs":
-            from certs import run_certs_command
-
-            return run_certs_command(args.service, args.namespace, args.out, args.days)
-        settings = load_config(args)
-        if args.command in ("serve", "webhook", "extender"):
+            return run_certs(args)
+        settings = load_settings(args.config)
+        if server:
             return run_server(args, settings)
-        state = load_cluster(args, settings)
-        if args.command == "report":
-            if args.output == "json":
-                print(json.dumps(report(state), indent=2))
-            else:
-                print_report_table(state)
-            return 0
-        if args.command == "render":
-            results = render(load_objects(Path(args.file).read_text()), state)
-            if args.output == "json":
-                print(json.dumps(results, indent=2))
-            elif args.output == "yaml":
-                print(yaml.safe_dump_all(results, sort_keys=False, width=120))
-            else:
-                print_render_text(results)
-            return 0 if all(r.get("verdict", {}).get("allowed", True) for r in results) else 3
-        if args.command == "balloons-policy":
-            from server.policies import balloons_policies
-
-            print(yaml.safe_dump_all(balloons_policies(state, args.nodes, args.namespace), sort_keys=False))
-            return 0
-    except (LookupError, ConfigError, OSError, yaml.YAMLError) as exc:
-        print(f"model-placement: {exc}", file=sys.stderr)
+        commands = {"render": run_render, "report": run_report, "balloons-policy": run_balloons_policy}
+        return commands[args.command](args, settings, say)
+    except (InputError, ConfigError, ReloadError) as exc:
+        if server:
+            log.error(str(exc))  # a server's stderr is its log: JSON lines only
+        else:
+            say(str(exc))
         return 2
-    return 1
 
 
 if __name__ == "__main__":

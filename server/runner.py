@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import gc
 import logging
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -72,14 +71,13 @@ async def _publish_source_metrics(runtime: Runtime, every: float = 5.0) -> None:
 def make_runtime(args: argparse.Namespace, settings: Settings) -> Runtime:
     limit = args.extender_body_limit or EXTENDER_BODY_LIMIT
     if args.kubeconfig or args.in_cluster:
-        from server.kubeapi import make_api_client
+        from server.inputs import api_client
 
-        client = make_api_client(args.kubeconfig, args.in_cluster)
+        client = api_client(args.kubeconfig, args.in_cluster)
         return Runtime(settings, ClusterState(settings), api_client=client, extender_body_limit=limit)
-    from server.cli import demo_text, load_objects
+    from server.cli import snapshot_state
 
-    text = Path(args.cluster).read_text() if args.cluster else demo_text()
-    return Runtime(settings, ClusterState.from_objects(load_objects(text), settings), extender_body_limit=limit)
+    return Runtime(settings, snapshot_state(args, settings), extender_body_limit=limit)
 
 
 async def run(args: argparse.Namespace, settings: Settings, stop: asyncio.Event | None = None) -> int:

@@ -1,0 +1,269 @@
+"""`render`: the server's dry run. Each object goes through exactly what the apiserver would make of it:
+`/mutate`'s answer (its patch applied), then `/validate` of the patched object, then the extender's `/filter`
+and `/prioritize` over the nodes kube-scheduler would hand it. The same functions the servers run, called
+in-process, so a verdict, a patch or a reason here cannot differ from theirs."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import yaml
+
+from extender.filter import Judge, filter_nodes
+from extender.score import prioritize
+from placement.admission import WORKLOAD_KINDS, NotAdmissible, subject_of
+from placement.affinity import node_matches
+from placement.cluster import ClusterState, NodeInfo
+from placement.mutation import mutate_pod
+from webhook.patch import apply_patch
+from webhook.review import ReviewError, parse_review
+from webhook.routes import Context, Outcome, mutate_review, validate_review
+
+# Exit codes (DESIGN.md's command line).
+ADMITTED, BAD_INPUT, REFUSED = 0, 2, 3
+JUDGED = ("Pod", *WORKLOAD_KINDS)
+REQUIRED_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def admission_review(obj: Mapping[str, Any], uid: str, operation: str = "CREATE") -> dict[str, Any]:
+    """The AdmissionReview the apiserver sends for `kubectl create -f` of `obj`."""
+    kind = str(obj.get("kind") or "")
+    api = str(obj.get("apiVersion") or ("v1" if kind == "Pod" else "apps/v1"))
+    group, _, version = api.rpartition("/")
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": uid, "kind": {"group": group, "version": version, "kind": kind},
+        "namespace": str(meta.get("namespace") or "default"), "name": str(meta.get("name") or ""),
+        "operation": operation, "object": obj}}
+
+
+def patch_of(outcome: Outcome) -> list[dict[str, Any]]:
+    encoded = outcome.review["response"].get("patch")
+    return orjson.loads(base64.b64decode(encoded)) if encoded else []
+
+
+def _verdict(outcome: Outcome) -> dict[str, Any]:
+    response = outcome.review["response"]
+    return {"allowed": response["allowed"], "decision": outcome.decision, "reason": outcome.reason,
+            "message": (response.get("status") or {}).get("message", ""), "warnings": response.get("warnings", [])}
+
+
+def render(objects: Sequence[Any], state: ClusterState, taints: Mapping[str, list[Any]] | None = None,
+           ) -> list[dict[str, Any]]:
+    return [render_one(obj, state, f"render-{i}", taints or {}) for i, obj in enumerate(objects, 1)]
+
+
+def render_one(obj: Any, state: ClusterState, uid: str, taints: Mapping[str, list[Any]]) -> dict[str, Any]:
+    kind = obj.get("kind") if isinstance(obj, Mapping) else None
+    if kind not in JUDGED:
+        return {"object": f"{kind or 'object without a kind'}", "exit": BAD_INPUT,
+                "error": f"kind {kind!r} is not judged here; expected Pod, Deployment or StatefulSet"}
+    try:
+        if kind == "Pod":
+            mutated = _mutated_pod(obj, state, uid)
+            entry = mutated | {"object": f"Pod {_display(obj)}"}
+            judged = entry["mutated"]
+        else:
+            entry = {"object": f"{kind} {_display(obj)}"}
+            template = subject_of(obj).pod
+            pod = _mutated_pod({**template, "metadata": dict(template["metadata"])}, state, uid)
+            entry["mutation"] = pod["mutation"]
+            entry["patch"] = pod["patch"]
+            entry["mutated"] = _with_template(obj, pod["mutated"])
+            judged = obj
+        outcome = validate_review(parse_review(admission_review(judged, uid)), Context(state))
+    except (NotAdmissible, ReviewError) as exc:
+        return {"object": f"{kind} {_display(obj)}", "exit": BAD_INPUT, "error": str(exc)}
+    entry["verdict"] = _verdict(outcome)
+    if outcome.reason == "unreadable":
+        entry["exit"] = BAD_INPUT
+    else:
+        entry["exit"] = ADMITTED if entry["verdict"]["allowed"] else REFUSED
+    subject = subject_of(entry["mutated"])
+    entry.update(_nodes(dict(subject.pod), state, taints))
+    if entry.get("demand"):
+        entry["demand"]["replicas"] = subject.replicas
+    return entry
+
+
+def _display(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    generated = f"{meta['generateName']}*" if meta.get("generateName") else "*"
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or generated}"
+
+
+def _mutated_pod(pod: Mapping[str, Any], state: ClusterState, uid: str) -> dict[str, Any]:
+    """/mutate's answer for a pod, and the pod with its patch applied as the apiserver applies it."""
+    outcome = mutate_review(parse_review(admission_review(pod, uid)), Context(state))
+    ops = patch_of(outcome)
+    return {"mutation": _verdict(outcome), "patch": ops, "mutated": apply_patch(pod, ops) if ops else pod}
+
+
+def _with_template(workload: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any]:
+    out = orjson.loads(orjson.dumps(workload))
+    template = out["spec"]["template"]
+    meta = dict(pod["metadata"])
+    meta.pop("namespace", None)
+    if not (workload["spec"]["template"].get("metadata") or {}).get("name"):
+        meta.pop("name", None)  # subject_of names the template after the workload, for messages only
+    template["metadata"] = meta
+    template["spec"] = pod["spec"]
+    return out  # type: ignore[no-any-return]
+
+
+# -- which nodes, and why not the others -------------------------------------------------------------
+
+def _nodes(pod: Mapping[str, Any], state: ClusterState, taints: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """The nodes kube-scheduler would offer the extender (its own filters first: affinity, cordons, taints),
+    then the extender's verdicts and scores for them."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    judge = Judge(state)
+    ref = judge.read_pod(pod)
+    if ref.demand is None:
+        return {}
+    excluded: list[dict[str, str]] = []
+    candidates: list[str] = []
+    for name in sorted(state.nodes):
+        why = excluded_by(spec, state.nodes[name], taints.get(name) or [], state)
+        if why:
+            excluded.append({"node": name, "reason": why})
+        else:
+            candidates.append(name)
+    out = filter_nodes(judge, ref, candidates)
+    scores = dict(zip(out.passed, prioritize(judge, ref, out.passed)))
+    ranking = []
+    for name in sorted(out.passed, key=lambda n: (-scores[n], n)):
+        ledger = state.ledger(name)
+        fit = state.fit(ref.demand, ledger) if ledger is not None else None
+        ranking.append({"node": name, "score": scores[name],
+                        "numa_cores": {str(n): c for n, c in fit.per_numa} if fit is not None else {}})
+    filtered = [{"node": n, "list": lst, "reason": why}
+                for lst, reasons in (("FailedNodes", out.failed), ("FailedAndUnresolvableNodes", out.unresolvable))
+                for n, why in reasons.items()]
+    return {"demand": _demand(pod, state), "ranking": ranking, "filtered": filtered, "excluded": excluded}
+
+
+def _demand(pod: Mapping[str, Any], state: ClusterState) -> dict[str, Any]:
+    mutation = mutate_pod(pod, state, str((pod.get("metadata") or {}).get("namespace") or "default"))
+    d = mutation.demand
+    if d is None:
+        return {}
+    return {"model_container": d.container, "tp": d.tp, "tp_source": d.tp_source, "cpus": d.cpus,
+            "requested_policy": d.requested_policy,
+            "policy": mutation.resolution.policy if mutation.resolution else None,
+            "reason": mutation.resolution.reason if mutation.resolution else None,
+            "balloon_type": d.balloon_type, "preflight": d.preflight, "problems": list(d.problems)}
+
+
+def excluded_by(spec: Mapping[str, Any], node: NodeInfo, taints: list[Any], state: ClusterState) -> str:
+    """Why kube-scheduler would not even offer this node to the extender; "" when it would."""
+    if node.unschedulable:
+        return "cordoned (spec.unschedulable)"
+    if spec.get("nodeName") and spec["nodeName"] != node.name:
+        return f"the pod is pinned to node {spec['nodeName']}"
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if node.labels.get(key) != str(value):
+            return f"nodeSelector {key}={value}: {_has(node, key)}"
+    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(REQUIRED_AFFINITY) or {}) \
+        .get("nodeSelectorTerms")
+    if terms is not None and not node_matches(spec, node.name, node.labels):
+        return _affinity_miss(terms, node, state)
+    for taint in taints:
+        if isinstance(taint, Mapping) and taint.get("effect") in ("NoSchedule", "NoExecute") \
+                and not _tolerated(taint, spec.get("tolerations") or []):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            return f"taint {taint.get('key')}{value}:{taint['effect']} is not tolerated"
+    return ""
+
+
+def _has(node: NodeInfo, key: str) -> str:
+    return f"the node has {key}={node.labels[key]}" if key in node.labels else f"the node has no label {key}"
+
+
+def _affinity_miss(terms: list[Any], node: NodeInfo, state: ClusterState) -> str:
+    """The first requirement of the first term that fails: with one term (ours adds to every term) it is
+    the reason; the AMX requirement is named as such."""
+    for term in terms:
+        for req in (term.get("matchExpressions") or []) if isinstance(term, Mapping) else []:
+            single = {"affinity": {"nodeAffinity": {REQUIRED_AFFINITY: {"nodeSelectorTerms": [
+                {"matchExpressions": [req]}]}}}}
+            if not node_matches(single, node.name, node.labels):
+                key = str(req.get("key"))
+                if key == state.settings.amx_node_label:
+                    return (f"no AMX ({_has(node, key)}; AMX is required: require_amx, or the pod's "
+                            "model-manager.io/require-amx annotation)")
+                values = req.get("values") or []
+                shown = f" {','.join(map(str, values))}" if values else ""
+                return f"required node affinity {key} {req.get('operator')}{shown}: {_has(node, key)}"
+    return "required node affinity: no nodeSelectorTerm matches the node"
+
+
+def _tolerated(taint: Mapping[str, Any], tolerations: list[Any]) -> bool:
+    for t in tolerations:
+        if not isinstance(t, Mapping):
+            continue
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t["key"] == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and str(t.get("value") or "") == str(taint.get("value") or ""):
+            return True
+    return False
+
+
+# -- output ------------------------------------------------------------------------------------------
+
+def dump_yaml(value: Any, many: bool = False) -> str:
+    """YAML as a person reads it: unicode as unicode, keys in their order."""
+    if many:
+        return yaml.safe_dump_all(value, sort_keys=False, width=120, allow_unicode=True)
+    return yaml.safe_dump(value, sort_keys=False, width=120, allow_unicode=True)
+
+
+def print_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
+    for entry in results:
+        print(f"=== {entry['object']}", file=out)
+        if "error" in entry:
+            print(f"  error: {entry['error']}\n", file=out)
+            continue
+        d = entry.get("demand")
+        if d:
+            reason = f" (requested {d['requested_policy']}: {d['reason']})" if d["reason"] else ""
+            print(f"demand:  model container {d['model_container']!r}, {d['cpus']} CPUs, TP={d['tp']} "
+                  f"({d['tp_source']}), policy {d['policy']}{reason}, balloon {d['balloon_type']}, "
+                  f"replicas {d['replicas']}, preflight {d['preflight']}", file=out)
+        v = entry["verdict"]
+        state = "ADMITTED" if v["allowed"] else "REFUSED"
+        print(f"verdict: {state} [{v['reason']}]", file=out)
+        if v["message"]:
+            print(f"  {v['message']}", file=out)
+        for w in v["warnings"]:
+            print(f"  warning: {w}", file=out)
+        for w in entry["mutation"]["warnings"]:
+            print(f"  /mutate warning: {w}", file=out)
+        if "ranking" in entry:
+            print("nodes (what the extender answers kube-scheduler, best first):", file=out)
+            for i, r in enumerate(entry["ranking"], 1):
+                numa = ", ".join(f"NUMA {n}: {c} {'core' if c == 1 else 'cores'}"
+                                 for n, c in r["numa_cores"].items()) or "shared pool"
+                print(f"  {i:>2}. {r['node']:<16} score {r['score']:>2}/10  {numa}", file=out)
+            for f in entry["filtered"]:
+                print(f"   -  {f['node']:<16} {f['list']}: {f['reason']}", file=out)
+            for x in entry["excluded"]:
+                print(f"   x  {x['node']:<16} not offered by kube-scheduler: {x['reason']}", file=out)
+        n = len(entry["patch"])
+        print(f"patch (/mutate): {n} {'operation' if n == 1 else 'operations'}", file=out)
+        print("mutated object:", file=out)
+        print("  " + dump_yaml(entry["mutated"]).replace("\n", "\n  ").rstrip(), file=out)
+        print(file=out)
+
+
+def exit_code(results: list[dict[str, Any]]) -> int:
+    codes = {entry["exit"] for entry in results}
+    return BAD_INPUT if BAD_INPUT in codes else REFUSED if REFUSED in codes else ADMITTED
+

@@ -1,0 +1,90 @@
+"""`report`: the ledger as a person reads it, in fixed-width columns that fit 120 characters, with a legend."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from typing import Any
+
+from placement.cluster import ClusterState
+from placement.ledger import NodeLedger
+from server.inputs import plural
+
+WIDTH = 120
+# (title, width, right-aligned); the last column takes what is left of WIDTH.
+COLUMNS = (("NUMA", 6, True), ("CPUS", 22, False), ("RESERVED", 18, False), ("CORES", 5, True),
+           ("FREE", 5, True))
+POD_TITLE = "MODEL PODS (balloon, cores held here)"
+LEGEND = ("CORES: physical cores of the NUMA node that no reserved CPU touches (what model pods can hold). "
+          "FREE: of those, not held by model pods nor lent to the shared pool. assumed: bound by the extender, "
+          "not yet seen running.")
+
+
+def report(state: ClusterState) -> list[dict[str, Any]]:
+    return [ledger.to_json() for ledger in state.ledgers()]
+
+
+def _cells(text: str, width: int) -> list[str]:
+    """A cell's text as lines of at most `width`, broken after commas or semicolons."""
+    if len(text) <= width:
+        return [text]
+    lines: list[str] = []
+    line = ""
+    for part in text.replace("; ", ";\0").replace(",", ",\0").split("\0"):
+        if line and len(line) + len(part) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += part
+    return [*lines, line] if line else lines
+
+
+def row(values: list[str]) -> list[str]:
+    widths = [w for _, w, _ in COLUMNS]
+    rest = WIDTH - sum(widths) - len(widths)
+    cells = [_cells(v, w) for v, w in zip(values, [*widths, rest])]
+    out = []
+    for i in range(max(len(c) for c in cells)):
+        parts = []
+        for (_, w, right), c in zip([*COLUMNS, ("", rest, False)], cells):
+            text = c[i] if i < len(c) else ""
+            parts.append(text.rjust(w) if right else text.ljust(w))
+        out.append(" ".join(parts).rstrip())
+    return out
+
+
+def describe_node(ledger: NodeLedger) -> str:
+    topo = ledger.topology
+    cores = len(topo.numa_nodes[0].cores) if topo.numa_nodes else 0
+    nri = ledger.nri
+    policy = f"BalloonsPolicy {nri.policy.namespace}/{nri.policy.name}" if nri.policy else "no BalloonsPolicy"
+    status = "" if nri.running else f", NRI {nri.status or 'absent'}"
+    lent = f", {plural(ledger.elastic_cores, 'model core')} lent to it" if ledger.elastic_cores else ""
+    return (f"{ledger.name}: {plural(topo.numa_count, 'NUMA node')} × {plural(cores, 'core')} × "
+            f"{plural(ledger.threads_per_core, 'thread')} (topology from {topo.source}); reserved {ledger.reserved} "
+            f"from {ledger.reserved_source}; {policy}{status}; shared pool: {ledger.shared_milli / 1000:g} of "
+            f"{plural(ledger.shared_pool_cpus, 'CPU')} requested{lent}")
+
+
+def print_table(state: ClusterState, out: Any = sys.stdout) -> None:
+    print(*row([t for t, _, _ in COLUMNS] + [POD_TITLE]), sep="\n", file=out)
+    print("-" * WIDTH, file=out)
+    free_total = cores_total = 0
+    for ledger in state.ledgers():
+        print(textwrap.fill(describe_node(ledger), WIDTH, subsequent_indent="    ", break_on_hyphens=False),
+              file=out)
+        free = ledger.free()
+        for numa in ledger.topology.numa_nodes:
+            pods = [f"{h.pod.split('/', 1)[-1]} ({h.balloon_type or 'kubelet-static'}, {c}"
+                    f"{', assumed' if h.assumed else ''})"
+                    for h in ledger.holdings.values() for n, c in h.per_numa if n == numa.id]
+            values = [str(numa.id), str(numa.cpus), str(ledger.reserved & numa.cpus) or "-",
+                      str(ledger.capacity[numa.id]), str(free[numa.id]), "; ".join(pods) or "-"]
+            print(*row(values), sep="\n", file=out)
+        free_total += sum(free)
+        cores_total += sum(ledger.capacity)
+    print(file=out)
+    print(f"{plural(len(state.nodes), 'node')}, {free_total:,} of {plural(cores_total, 'model core')} free",
+          file=out)
+    print(textwrap.fill(LEGEND, WIDTH), file=out)
+    for note in state.notes:
+        print(textwrap.fill(f"note: {note}", WIDTH, subsequent_indent="    ", break_on_hyphens=False), file=out)
