@@ -18,6 +18,7 @@ CpuPolicy = Literal["nri-balloons", "kubelet-static", "best-effort"]
 Preflight = Literal["enforce", "warn", "skip"]
 Profile = Literal["siblings", "minimal", "standard", "observability", "full"]
 ScoringStrategy = Literal["MostAllocated", "LeastAllocated", "BalancedAllocation"]
+CpuRequest = Literal["cores", "cpus"]
 
 CPU_POLICIES: tuple[str, ...] = get_args(CpuPolicy)
 PREFLIGHT_MODES: tuple[str, ...] = get_args(Preflight)
@@ -44,6 +45,9 @@ class Settings(BaseModel):
     nri_deployment_profile: Profile = "standard"
     nri_reserved_cpu_list: str = ""
     nri_balloon_prefix: str = Field(default="vllm-balloon-tp", min_length=1)
+    # On a hide-hyperthreads balloon type: "cores", the model container's cpu: N means N physical cores for N
+    # threads (the request becomes N x SMT width); "cpus", the request stays, rounded up to whole cores.
+    nri_cpu_request: CpuRequest = "cores"
     mm_kubelet_threads_per_core: int = Field(default=2, ge=1, le=8)
     require_amx: bool = True
     amx_node_label: str = "feature.node.kubernetes.io/cpu-security.amx.enabled"
@@ -72,55 +76,69 @@ _ENV_ALIASES: dict[str, str] = {
     "MM_NRI_ENABLED": "nri_enabled",
     "MM_NRI_PREFLIGHT": "preflight",
     "MM_KUBELET_THREADS_PER_CORE": "mm_kubelet_threads_per_core",
+    "MM_NRI_CPU_REQUEST": "nri_cpu_request",
 }
 _TRUE = {"1", "true", "yes", "on"}
 
 
-def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings the environment gives, and for each the variable it came from."""
     out: dict[str, Any] = {}
+    origin: dict[str, str] = {}
     for key in Settings.model_fields:
         generic = f"MM_{key.upper()}"
         if generic in env:
-            out[key] = env[generic]
+            out[key], origin[key] = env[generic], generic
     for var, key in _ENV_ALIASES.items():
         if var in env:
-            out[key] = env[var]
+            out[key], origin[key] = env[var], var
     if env.get("MM_NRI_SKIP_PREFLIGHT", "").strip().lower() in _TRUE:
-        out["preflight"] = "skip"
+        out["preflight"], origin["preflight"] = "skip", "MM_NRI_SKIP_PREFLIGHT"
     for key in ("model_labels", "protected_namespaces"):
         if isinstance(out.get(key), str):
             out[key] = tuple(s.strip() for s in out[key].split(",") if s.strip())
-    return out
+    return out, origin
 
 
-def _explain(error: ValidationError, source: Mapping[str, Any]) -> str:
+def _explain(error: ValidationError, source: Mapping[str, Any], origin: Mapping[str, str]) -> str:
     parts = []
     for item in error.errors():
         key = ".".join(str(p) for p in item["loc"]) or "<config>"
-        value = source.get(str(item["loc"][0]), item.get("input")) if item["loc"] else item.get("input")
+        top = str(item["loc"][0]) if item["loc"] else ""
+        value = source.get(top, item.get("input")) if item["loc"] else item.get("input")
         annotation = Settings.model_fields.get(str(item["loc"][0]) if item["loc"] else "")
         allowed = ""
         if annotation is not None and get_args(annotation.annotation):
             allowed = f"; allowed: {', '.join(map(str, get_args(annotation.annotation)))}"
         if item["type"] == "extra_forbidden":
             allowed = f"; known keys: {', '.join(Settings.model_fields)}"
-        parts.append(f"{key}={value!r}: {item['msg']}{allowed}")
+        where = origin.get(top, "")
+        if where.startswith("MM_"):  # the variable is what the operator typed
+            parts.append(f"{where}={value!r} (setting {key}): {item['msg']}{allowed}")
+        else:
+            parts.append(f"{key}={value!r}{f' in {where}' if where else ''}: {item['msg']}{allowed}")
     return "invalid configuration: " + "; ".join(parts)
 
 
 def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
     """Defaults < config file < environment. Raises ConfigError naming key, value and allowed values."""
     raw: dict[str, Any] = {}
+    origin: dict[str, str] = {}
     if path:
         try:
             loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must be a mapping of settings, got {type(loaded).__name__}")
         raw.update(loaded)
-    raw.update(_env_overrides(os.environ if env is None else env))
+        origin.update(dict.fromkeys(map(str, loaded), f"config file {path}"))
+    overrides, from_env = _env_overrides(os.environ if env is None else env)
+    raw.update(overrides)
+    origin.update(from_env)
     try:
         return Settings(**raw)
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, raw)) from None
+        raise ConfigError(_explain(exc, raw, origin)) from None

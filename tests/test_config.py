@@ -47,4 +47,4 @@ def test_invalid_values_fail_naming_key_value_and_allowed(tmp_path: Path, text: 
 def test_invalid_environment_value_is_named_too() -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(None, env={"MM_NRI_PREFLIGHT": "maybe"})
-    assert "preflight='maybe'" in str(err.value) and "enforce, warn, skip" in str(err.value)
+    assert "MM_NRI_PREFLIGHT='maybe' (setting preflight)" in str(err.value) and "enforce, warn, skip" in str(err.value)
