@@ -1,33 +1,56 @@
-"""/bind: hold the pod's cores in the ledger first, then bind it through the API.
+"""/bind: hold the pod's cores in the ledger first, then bind it through the API, all within one deadline.
 
 `ExtenderBindingArgs` carry only the pod's name, namespace and uid, so the demand comes from the pod
 seen at /filter (kept by uid), else from the cluster state, else (when connected) from the API. The
-cores are assumed *before* the API call and before answering, so the next scheduling cycle cannot be
-promised them; a failed binding releases them. With a `--cluster` snapshot there is no API: the bind
-only updates the ledger. Every failure is an `{"Error": …}` answer, never an exception.
+cores are held *before* the API call and before answering (already at /prioritize when it was this
+node: `holds`), so the next scheduling cycle cannot be promised them; a binding the apiserver refused
+releases them. kube-scheduler gives the whole call `httpTimeout`: every API call gets what is left of
+one deadline, and an answer is sent before it passes. With a `--cluster` snapshot there is no API: the
+bind only updates the ledger. Every failure is an `{"Error": …}` answer, never an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from extender.filter import Judge, PodRef
+from extender.holds import Holds
 from extender.wire import BindArgs
 from placement.demand import is_model_pod, pod_display_name, read_model_pod
 from server.app import Runtime
 
-# kube-scheduler gives the whole extender call 5 s by default (httpTimeout): answer before that.
-API_TIMEOUT = (2.0, 4.0)  # (connect, read) seconds
+CONNECT_TIMEOUT = 1.0  # the apiserver is a connection away; the rest of the budget is for its answer
+
+
+class OutOfTime(Exception):
+    """The deadline of the extender call passed before an API call answered."""
+
+
+async def api_call(call: Callable[..., Any], deadline: float, *args: Any) -> Any:
+    """`call(*args, timeout=…)` in a worker thread, given what is left until `deadline` (time.monotonic);
+    OutOfTime when it is spent (the thread may still finish the request: its outcome is then unknown)."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise OutOfTime
+    loop = asyncio.get_running_loop()
+    job = loop.run_in_executor(None, functools.partial(call, *args, timeout=(min(CONNECT_TIMEOUT, remaining),
+                                                                             remaining)))
+    try:
+        return await asyncio.wait_for(job, remaining)
+    except TimeoutError:
+        raise OutOfTime from None
 
 
 @dataclass(frozen=True, slots=True)
 class Bound:
     error: str  # empty: bound
-    result: str  # metrics label: bound | assumed | unknown-node | already-bound | no-fit | unknown-pod | api-error
+    result: str  # metrics label: bound | unknown-node | already-bound | no-fit | unknown-pod | api-error | timeout
 
 
 class _Refused(Exception):
@@ -36,16 +59,12 @@ class _Refused(Exception):
         self.result = result
 
 
-async def _get_pod(runtime: Runtime, args: BindArgs) -> dict[str, Any]:
-    from server.kubeapi import get_json  # the kubernetes client: only when connected
-
-    path = f"/api/v1/namespaces/{quote(args.namespace, safe='')}/pods/{quote(args.pod_name, safe='')}"
-    loop = asyncio.get_running_loop()
-    call = functools.partial(get_json, runtime.api_client, path, timeout=API_TIMEOUT)
-    return await loop.run_in_executor(None, call)  # type: ignore[no-any-return]
+def _late(args: BindArgs, runtime: Runtime, what: str) -> str:
+    return (f"{what} for pod {args.pod} on node {args.node} did not answer within the {runtime.call_budget:g} s "
+            "this call may take (kube-scheduler's httpTimeout less a margin); the scheduler will retry the pod")
 
 
-async def _pod(runtime: Runtime, judge: Judge, args: BindArgs) -> PodRef:
+async def _pod(runtime: Runtime, judge: Judge, args: BindArgs, deadline: float) -> PodRef:
     """The pod being bound, with its demand."""
     ref = judge.seen(args.uid)
     if ref is not None:
@@ -58,8 +77,13 @@ async def _pod(runtime: Runtime, judge: Judge, args: BindArgs) -> PodRef:
     if runtime.api_client is None:
         raise _Refused("unknown-pod", f"pod {args.pod} ({args.uid}) was not seen at /filter and the "
                                       "extender has no API connection to read it")
+    from server.kubeapi import get_json  # the kubernetes client: only when connected
+
+    path = f"/api/v1/namespaces/{quote(args.namespace, safe='')}/pods/{quote(args.pod_name, safe='')}"
     try:
-        pod = await _get_pod(runtime, args)
+        pod = await api_call(get_json, deadline, runtime.api_client, path)
+    except OutOfTime:
+        raise _Refused("timeout", _late(args, runtime, "reading the pod")) from None
     except Exception as exc:  # the apiserver's own message
         raise _Refused("unknown-pod", f"cannot read pod {args.pod}: {exc}") from None
     meta = pod.get("metadata") or {}
@@ -74,20 +98,25 @@ async def _pod(runtime: Runtime, judge: Judge, args: BindArgs) -> PodRef:
     return ref
 
 
-async def bind(runtime: Runtime, judge: Judge, args: BindArgs) -> Bound:
+async def bind(runtime: Runtime, judge: Judge, holds: Holds, args: BindArgs, deadline: float) -> Bound:
+    """`deadline` (time.monotonic) is when kube-scheduler's budget for this call, less a margin, runs out."""
     cluster = runtime.cluster
-    rec = cluster.pods.get(args.uid)
-    if rec is not None and rec.node is not None:
-        return Bound(f"pod {args.pod} is already bound to node {rec.node}", "already-bound")
     if cluster.ledger(args.node) is None:
+        holds.release(args.uid)
         return Bound(f"node {args.node} is not known to the extender (not in its cache yet, or deleted)",
                      "unknown-node")
+    held = holds.take(args.uid, args.node)
+    rec = cluster.pods.get(args.uid)
+    if not held and rec is not None and rec.node is not None:
+        return Bound(f"pod {args.pod} is already bound to node {rec.node}", "already-bound")
     try:
-        ref = await _pod(runtime, judge, args)
+        ref = await _pod(runtime, judge, args, deadline)
     except _Refused as exc:
+        if held:
+            cluster.forget(args.uid)
         return Bound(str(exc), exc.result)
-    assumed = False
-    if ref.demand is not None:
+    assumed = held
+    if ref.demand is not None and not held:
         if ref.unreadable is not None:
             return Bound(ref.unreadable, "no-fit")
         # Nothing awaits between this fit and the hold: no other request can slip in between.
@@ -103,11 +132,11 @@ async def bind(runtime: Runtime, judge: Judge, args: BindArgs) -> Bound:
         return Bound("", "bound")
     from server.kubeapi import bind_pod
 
-    loop = asyncio.get_running_loop()
-    call = functools.partial(bind_pod, runtime.api_client, args.namespace, args.pod_name, args.uid,
-                             args.node, timeout=API_TIMEOUT)
     try:
-        await loop.run_in_executor(None, call)
+        await api_call(bind_pod, deadline, runtime.api_client, args.namespace, args.pod_name, args.uid, args.node)
+    except OutOfTime:
+        # The apiserver may yet bind it: the cores stay assumed until the watch shows the pod, or they expire.
+        return Bound(_late(args, runtime, "the binding"), "timeout")
     except Exception as exc:
         if assumed:
             cluster.forget(args.uid)

@@ -1,8 +1,14 @@
-"""The extender's HTTP routes: POST /filter, /prioritize, /bind (kube-scheduler's wire format) and
-GET /debug/nodes[/NAME] (the ledger as JSON).
+"""The extender's HTTP routes: POST /filter, /prioritize, /preempt, /bind (kube-scheduler's wire format)
+and GET /debug/nodes[/NAME] (the ledger as JSON).
 
 kube-scheduler treats any status but 200 as a failed call and does not read the body, so its log says
 only "failed filter with extender at URL …, code 400": the reason of a 400 is in *our* log line.
+
+Until every kind is listed from the apiserver the cluster state is partial (every node looks emptier
+than it is), and kube-scheduler calls the sidecar on loopback whatever our readiness says: every verb
+then refuses to judge. /filter and /bind answer 200 with `Error` set (the attempt fails and the pod is
+retried with backoff); /prioritize and /preempt, whose answers have no `Error` field, answer 503
+(kube-scheduler ignores a failed prioritize, and a failed preempt leaves the pod to its next attempt).
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ from aiohttp import web
 from extender import wire
 from extender.bind import bind
 from extender.filter import Judge, PodRef, describe_demand, filter_nodes
-from extender.score import prioritize
+from extender.holds import Holds
+from extender.score import rank
 from server import metrics
 from server.app import RUNTIME, BadRequest, json_response, read_json
 
 log = logging.getLogger("model_placement.extender")
 
 JUDGE: web.AppKey[Judge] = web.AppKey("extender_judge", Judge)
+HOLDS: web.AppKey[Holds] = web.AppKey("extender_holds", Holds)
 FIRST_REASONS = 3
 WARM_SLICE_SECONDS = 0.0005
 WARM_IDLE_SECONDS = 0.05
@@ -39,6 +47,7 @@ _UNRESOLVABLE = metrics.FILTER_NODES.labels("unresolvable")
 
 def add_routes(app: web.Application) -> None:
     app[JUDGE] = Judge(app[RUNTIME].cluster)
+    app[HOLDS] = Holds(app[RUNTIME].cluster)
     app.cleanup_ctx.append(_warm_verdicts)
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/prioritize", handle_prioritize)
@@ -72,6 +81,19 @@ def _judge(request: web.Request) -> Judge:
     return request.app[JUDGE]  # it reads runtime.cluster, which the watch updates in place
 
 
+def _unsynced(request: web.Request, verb: str) -> str | None:
+    """Why this call must not be judged yet (a partial cluster state), logged and counted; None: go ahead."""
+    waiting = request.app[RUNTIME].unsynced()
+    if not waiting:
+        return None
+    message = (f"the extender has not finished listing {', '.join(waiting)} from the apiserver, so every node "
+               f"would look emptier than it is; refusing to {verb} until then (kube-scheduler retries the pod)")
+    metrics.UNSYNCED.labels(verb).inc()
+    log.warning("not synced", extra={"verb": verb, "decision": "not-synced", "kind": ",".join(waiting),
+                                     "reason": message})
+    return message
+
+
 async def _read(request: web.Request, verb: str, parse: Any) -> Any:
     try:
         return parse(await read_json(request, request.app[RUNTIME].extender_body_limit))
@@ -97,10 +119,19 @@ def _respond(payload: Any, started: float) -> tuple[web.Response, float]:
 
 async def handle_filter(request: web.Request) -> web.Response:
     started = time.perf_counter()
+    unsynced = _unsynced(request, "filter")
+    if unsynced is not None:
+        return json_response(wire.filter_error(unsynced))
     judge = _judge(request)
     args, ref = await _read_args(request, "filter", judge)
+    holds = request.app[HOLDS]
+    holds.expire()
+    if ref.demand is not None:
+        holds.release(ref.uid)  # a new attempt at this pod: whatever its last one held is over
     asked = judge.fits_asked
     out = filter_nodes(judge, ref, args.names)
+    if len(out.passed) == 1 and ref.demand is not None:
+        holds.hold(ref, out.passed[0])  # kube-scheduler picks the only feasible node without /prioritize
     try:
         response, ms = _respond(wire.filter_result(args, out.passed, out.failed, out.unresolvable), started)
     except orjson.JSONEncodeError as exc:
@@ -129,9 +160,16 @@ async def handle_filter(request: web.Request) -> web.Response:
 
 async def handle_prioritize(request: web.Request) -> web.Response:
     started = time.perf_counter()
+    unsynced = _unsynced(request, "prioritize")
+    if unsynced is not None:
+        return json_response(wire.bind_result(unsynced), status=503)
     judge = _judge(request)
     args, ref = await _read_args(request, "prioritize", judge)
-    scores = prioritize(judge, ref, args.names)
+    holds = request.app[HOLDS]
+    holds.release(ref.uid)
+    scores, best_node = rank(judge, ref, args.names)
+    if best_node is not None:
+        holds.hold(ref, best_node)
     response, ms = _respond(wire.host_priorities(args.names, scores), started)
     top = max(scores, default=0)
     best = list(islice((n for n, s in zip(args.names, scores) if s == top), FIRST_REASONS)) if top else []
@@ -145,8 +183,12 @@ async def handle_prioritize(request: web.Request) -> web.Response:
 async def handle_bind(request: web.Request) -> web.Response:
     started = time.perf_counter()
     runtime = request.app[RUNTIME]
+    deadline = time.monotonic() + runtime.call_budget
+    unsynced = _unsynced(request, "bind")
+    if unsynced is not None:
+        return json_response(wire.bind_result(unsynced))
     args = await _read(request, "bind", wire.parse_bind_args)
-    outcome = await bind(runtime, _judge(request), args)
+    outcome = await bind(runtime, _judge(request), request.app[HOLDS], args, deadline)
     response, ms = _respond(wire.bind_result(outcome.error), started)
     metrics.BIND.labels(outcome.result).inc()
     level = logging.WARNING if outcome.error else logging.INFO

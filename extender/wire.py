@@ -99,6 +99,11 @@ def filter_result(args: ExtenderArgs, passed: list[str], failed: dict[str, str],
     }
 
 
+def filter_error(error: str) -> dict[str, Any]:
+    """`ExtenderFilterResult` that judges nothing: kube-scheduler fails the attempt with `error`."""
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": None, "FailedAndUnresolvableNodes": None, "Error": error}
+
+
 def host_priorities(names: list[str], scores: list[int]) -> list[dict[str, Any]]:
     """`HostPriorityList`: a bare JSON array, Score an integer in 0..10."""
     return [{"Host": n, "Score": s} for n, s in zip(names, scores)]

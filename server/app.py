@@ -15,7 +15,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from placement.cluster import ClusterState
+from placement.cluster import KINDS, ClusterState
 from placement.config import Settings
 from server import metrics
 
@@ -35,6 +35,8 @@ class Runtime:
     api_client: Any = None  # kubernetes.client.ApiClient for pods/binding, when connected
     draining: bool = False
     extender_body_limit: int = EXTENDER_BODY_LIMIT
+    # The whole of one extender call (/bind, /preempt) must end within kube-scheduler's httpTimeout.
+    call_budget: float = 4.5
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @property
@@ -42,6 +44,13 @@ class Runtime:
         if self.draining:
             return False
         return self.source is None or bool(self.source.synced)
+
+    def unsynced(self) -> list[str]:
+        """Kinds whose first full list is not applied yet: until none remain, the cluster state is partial."""
+        if self.source is None or self.source.synced:
+            return []
+        done = set(self.source.synced_kinds())
+        return [kind for kind in KINDS if kind not in done]
 
 
 RUNTIME: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)

@@ -21,6 +21,8 @@ REPLICA_MEMO = Counter("model_placement_mutation_replica_memo_total",
                        "policy resolution changed, so the pod was mutated afresh)", ["result"])
 FILTER_NODES = Counter("model_placement_extender_filter_nodes_total",
                        "Nodes judged by /filter, by outcome", ["outcome"])
+UNSYNCED = Counter("model_placement_extender_unsynced_answers_total",
+                   "Extender calls refused because the cluster state was not fully listed yet, by verb", ["verb"])
 BIND = Counter("model_placement_extender_bind_total", "Bind results", ["result"])
 ASSUMED_EXPIRED = Counter("model_placement_assumed_pods_expired_total",
                           "Assumed pods released because no binding was seen in time")

@@ -49,8 +49,8 @@ async def test_bind_goes_through_the_api_after_the_cores_are_assumed(connected: 
 async def test_a_failed_api_binding_releases_the_cores_and_answers_the_apiservers_message(
         connected: Ext, fake: FakeApiServer) -> None:
     pod = model_pod()  # filtered, but the apiserver has no such pod: 404
-    await connected.filter(pod, ["cpu-a1"])
     free = connected.cluster.ledger("cpu-a1").free()  # type: ignore[union-attr]
+    await connected.filter(pod, ["cpu-a1"])
     error = await connected.bind(pod, "cpu-a1")
     assert 'pods "qwen3-0-6b-predictor-7d9f8c6b5-x2k9q" not found' in error and "404" in error
     assert connected.cluster.ledger("cpu-a1").free() == free and holders(connected, "cpu-a1") == []  # type: ignore[union-attr]

@@ -115,6 +115,7 @@ class FakeApiServer:
         self._installed: dict[str, bool] = {k: True for k in RESOURCES}
         self._fail_next_watch: dict[str, str] = {}
         self._fail_next_list: dict[str, tuple[int, int]] = {}
+        self._held_lists: dict[str, asyncio.Event] = {}
         self._watchers: set[_Watcher] = set()
         self._snapshots: dict[str, tuple[int, list[bytes]]] = {}
         self._snapshot_ids = itertools.count(1)
@@ -268,6 +269,18 @@ class FakeApiServer:
     def fail_next_lists(self, kind: str, n: int, code: int = 500) -> None:
         """The next ``n`` list requests for ``kind`` answer ``code`` with a Status."""
         self._call(lambda: self._fail_next_list.__setitem__(kind, (n, code)))
+
+    def hold_lists(self, kind: str) -> None:
+        """List requests for ``kind`` go unanswered until ``release_lists``: a list that has not finished."""
+        self._call(lambda: self._held_lists.setdefault(kind, asyncio.Event()))
+
+    def release_lists(self, kind: str) -> None:
+        def run() -> None:
+            held = self._held_lists.pop(kind, None)
+            if held is not None:
+                held.set()
+
+        self._call(run)
 
     def expire_continue_tokens(self) -> None:
         """Forget list snapshots: a list continued after this gets 410 Expired, as after etcd compaction."""
@@ -466,6 +479,9 @@ class FakeApiServer:
             return self._json(200, raw)
         if query.get("watch") in ("true", "1"):
             return await self._watch(request, res, namespace, query)
+        held = self._held_lists.get(res.kind)
+        if held is not None:
+            await held.wait()
         return self._list(res, namespace, query)
 
     def _list(self, res: Resource, namespace: str | None, query: dict[str, str]) -> web.Response:
