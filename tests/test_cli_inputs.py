@@ -1,0 +1,335 @@
+"""Every broken input an operator can hand the command line: one sentence naming it, exit 2, no traceback.
+Each test runs the real console script, as the operator does."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from certs import make_ca, write_bundle
+from tests.support.process import ROOT, command
+
+DEMO = ROOT / "placement/demo/cluster.yaml"
+TP1 = ROOT / "examples/kserve-tp1-pod.yaml"
+
+
+def run(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*command(), *args], cwd=ROOT, capture_output=True, text=True, timeout=60, input=stdin,
+                          env={**os.environ, **(env or {})})
+
+
+def refused(out: subprocess.CompletedProcess[str], sentence: str, code: int = 2) -> None:
+    """Exit `code`, and stderr is `sentence` on one line (a server's: in its JSON log line), no traceback."""
+    assert "Traceback" not in out.stderr, out.stderr
+    assert out.returncode == code, (out.returncode, out.stderr)
+    lines = [line for line in out.stderr.splitlines() if sentence in line]
+    assert lines, f"{sentence!r} not in stderr:\n{out.stderr}"
+
+
+def demo_items() -> list[dict[str, Any]]:
+    return yaml.safe_load(DEMO.read_text())["items"]  # type: ignore[no-any-return]
+
+
+def cluster_file(tmp_path: Path, items: list[dict[str, Any]], name: str = "cluster.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    return str(path)
+
+
+def with_node(change: Any, name: str = "cpu-a1") -> list[dict[str, Any]]:
+    items = demo_items()
+    node = next(o for o in items if o["kind"] == "Node" and o["metadata"]["name"] == name)
+    change(node)
+    return items
+
+
+# -- flags -------------------------------------------------------------------------------------------
+
+def test_port_out_of_range() -> None:
+    out = run("serve", "--insecure-http", "--port", "99999")
+    refused(out, "model-placement: argument --port: 99999 is not a TCP port (0-65535; 0 picks a free one) "
+                 "(see `model-placement serve --help`)")
+
+
+def test_unknown_flag_and_two_cluster_sources(tmp_path: Path) -> None:
+    refused(run("report", "--colour"), "model-placement: unrecognized arguments: --colour")
+    out = run("report", "--cluster", str(DEMO), "--kubeconfig", str(tmp_path / "kc"))
+    refused(out, "model-placement: give one of --cluster, --kubeconfig, --in-cluster, not --cluster and --kubeconfig")
+
+
+def test_global_flags_before_or_after_the_subcommand(tmp_path: Path) -> None:
+    path = cluster_file(tmp_path, [o for o in demo_items() if o["kind"] != "Node" or o["metadata"]["name"] == "cpu-a1"])
+    for args in (("--cluster", path, "--log-level", "error", "report", "-o", "json"),
+                 ("report", "-o", "json", "--log-level", "error", "--cluster", path),
+                 ("--log-level", "error", "report", "--cluster", path, "-o", "json")):
+        out = run(*args)
+        assert out.returncode == 0, out.stderr
+        assert [n["node"] for n in json.loads(out.stdout)] == ["cpu-a1"]
+
+
+def test_every_flag_says_its_default() -> None:
+    for sub in ("render", "report", "serve", "webhook", "extender", "certs", "balloons-policy"):
+        out = run(sub, "--help")
+        assert out.returncode == 0
+        options = out.stdout.split("options:", 1)[1]
+        blocks = [" ".join(b.split()) for b in re.split(r"\n(?=  -)", options) if b.strip()]
+        for block in blocks:
+            if block.startswith(("-h", "--service", "--namespace NAMESPACE")) and sub == "certs" or \
+                    block.startswith("-h"):
+                continue
+            assert "(default: " in block, (sub, block)
+        assert len(blocks) > 3, sub
+
+
+def test_config_error_names_the_environment_variable() -> None:
+    out = run("report", env={"MM_NRI_PREFLIGHT": "bogus"})
+    refused(out, "model-placement: invalid configuration: MM_NRI_PREFLIGHT='bogus' (setting preflight): "
+                 "Input should be 'enforce', 'warn' or 'skip'")
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    refused(run("report", "--config", str(tmp_path / "nope.yaml")),
+            f"model-placement: cannot read config file {tmp_path / 'nope.yaml'}: No such file or directory")
+
+
+def test_broken_pipe_is_a_quiet_exit() -> None:
+    # pipefail: the exit status is the CLI's, not head's.
+    proc = subprocess.run(["/bin/bash", "-o", "pipefail", "-c", f"{' '.join(command())} render {TP1} | head -1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("=== Pod llm/llama3-8b-predictor-6c9f7d8b4-*")
+    assert "Broken pipe" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- certificates at start-up --------------------------------------------------------------------------
+
+def serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return run("serve", "--host", "127.0.0.1", "--port", "0", *args)
+
+
+def test_missing_certificate_file(tmp_path: Path) -> None:
+    bundle = write_bundle("model-placement-webhook", "model-placement", tmp_path)
+    out = serve("--tls-cert", "/nonexistent.crt", "--tls-key", str(bundle.key_file))
+    refused(out, "cannot read the TLS certificate (--tls-cert) /nonexistent.crt: No such file or directory")
+    assert json.loads(out.stderr.splitlines()[-1])["level"] == "error"  # a server's stderr is its JSON log
+
+
+def test_ca_certificate_given_as_the_key(tmp_path: Path) -> None:
+    bundle = write_bundle("model-placement-webhook", "model-placement", tmp_path)
+    out = serve("--tls-cert", str(bundle.cert_file), "--tls-key", str(bundle.ca_file))
+    refused(out, f"TLS key (--tls-key) {bundle.ca_file} holds no unencrypted PEM private key (found: CERTIFICATE)")
+
+
+def test_mismatched_pair(tmp_path: Path) -> None:
+    one = write_bundle("model-placement-webhook", "model-placement", tmp_path / "one")
+    two = write_bundle("model-placement-webhook", "model-placement", tmp_path / "two")
+    out = serve("--tls-cert", str(one.cert_file), "--tls-key", str(two.key_file))
+    refused(out, f"TLS key (--tls-key) {two.key_file} is not the key of the certificate in {one.cert_file}")
+
+
+def test_tls_required(tmp_path: Path) -> None:
+    refused(serve(), "TLS is required: give --tls-cert and --tls-key (or --insecure-http for plain HTTP)")
+
+
+def test_port_in_use() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run("serve", "--insecure-http", "--host", "127.0.0.1", "--port", str(port))
+    refused(out, f"cannot listen on 127.0.0.1:{port}: ")
+
+
+def test_certs_with_a_broken_ca(tmp_path: Path) -> None:
+    ca = make_ca()
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    (tmp_path / "other.key").write_bytes(make_ca().key_pem)
+    base = ("certs", "--service", "svc", "--namespace", "ns", "--out", str(tmp_path / "out"))
+    refused(run(*base, "--ca-cert", str(tmp_path / "ca.crt")),
+            "model-placement: --ca-cert and --ca-key go together: give both to issue from an existing CA")
+    refused(run(*base, "--ca-cert", str(tmp_path / "ca.crt"), "--ca-key", str(tmp_path / "missing.key")),
+            f"model-placement: cannot read the CA key (--ca-key) {tmp_path / 'missing.key'}: No such file or directory")
+    refused(run(*base, "--ca-cert", str(tmp_path / "ca.crt"), "--ca-key", str(tmp_path / "other.key")),
+            f"model-placement: --ca-key {tmp_path / 'other.key'} is not the key of the CA certificate {tmp_path / 'ca.crt'}")
+    refused(run(*base, "--days", "0"), "model-placement: argument --days: 0 must be greater than 0")
+    assert not (tmp_path / "out").exists()
+
+
+# -- kubeconfig and the apiserver ------------------------------------------------------------------------
+
+def kubeconfig(tmp_path: Path, server: str) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    return path
+
+
+def test_missing_kubeconfig() -> None:
+    refused(run("report", "--kubeconfig", "/nonexistent"),
+            "model-placement: cannot read --kubeconfig file /nonexistent: No such file or directory")
+    out = run("serve", "--insecure-http", "--port", "0", "--kubeconfig", "/nonexistent")
+    refused(out, "cannot read --kubeconfig file /nonexistent: No such file or directory")
+
+
+def test_malformed_kubeconfig(tmp_path: Path) -> None:
+    bad = tmp_path / "kc"
+    bad.write_text("clusters: [\n")
+    refused(run("report", "--kubeconfig", str(bad)), f"model-placement: kubeconfig {bad} is not valid YAML at line 2, column 1")
+    bad.write_text("hello\n")
+    refused(run("report", "--kubeconfig", str(bad)), f"model-placement: kubeconfig {bad} is not a kubeconfig")
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    refused(run("report", "--kubeconfig", str(bad)), f"model-placement: kubeconfig {bad} cannot be used: Invalid kube-config file.")
+
+
+def test_unreachable_apiserver(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = run("report", "--kubeconfig", str(kubeconfig(tmp_path, f"https://127.0.0.1:{port}")))
+    refused(out, f"model-placement: cannot reach the apiserver at https://127.0.0.1:{port}: ")
+    assert "Connection refused" in out.stderr
+
+
+# -- --cluster files ---------------------------------------------------------------------------------
+
+MALFORMED = {
+    "labels a list": (lambda n: n["metadata"].__setitem__("labels", ["a", "b"]),
+                      "Node cpu-a1: metadata.labels is a list, expected a mapping of strings; skipped"),
+    "status broken": (lambda n: n.__setitem__("status", "broken"), "Node cpu-a1: status is a string, expected a mapping; skipped"),
+    "metadata a string": (lambda n: n.__setitem__("metadata", "x"),
+                          "Node (no name): metadata is a string, expected a mapping; skipped"),
+    "capacity.cpu lots": (lambda n: n["status"]["capacity"].__setitem__("cpu", "lots"),
+                          "Node cpu-a1: status.capacity.cpu: cpu 'lots' is not a Kubernetes quantity (e.g. 8, 500m, 64Gi); skipped"),
+    "no name": (lambda n: n["metadata"].pop("name"), "Node (no name): metadata.name is missing; skipped"),
+    "label value a number": (lambda n: n["metadata"]["labels"].__setitem__("feature.node.kubernetes.io/memory-numa.node_count", 2),
+                             "Node cpu-a1: metadata.labels['feature.node.kubernetes.io/memory-numa.node_count'] is a number, expected a string; skipped"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_node_is_named_and_skipped(tmp_path: Path, case: str) -> None:
+    change, sentence = MALFORMED[case]
+    path = cluster_file(tmp_path, with_node(change))
+    out = run("report", "-o", "json", "--cluster", path)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert f"model-placement: {path}: {sentence}" in out.stderr.splitlines()
+    assert f"1 malformed object skipped (--strict makes a malformed object an error)" in out.stderr
+    assert "cpu-a1" not in [n["node"] for n in json.loads(out.stdout)]
+    refused(run("report", "--strict", "--cluster", path), f"model-placement: {path}: {sentence.removesuffix('; skipped')}")
+
+
+def test_malformed_pod_and_policy(tmp_path: Path) -> None:
+    items = demo_items()
+    pod = next(o for o in items if o["kind"] == "Pod" and "llama3-8b" in o["metadata"]["name"])
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "abc"
+    policy = next(o for o in items if o["kind"] == "BalloonsPolicy" and o["metadata"]["name"] == "node.cpu-b1")
+    policy["spec"]["reservedResources"]["cpu"] = "cpuset:0-x"
+    path = cluster_file(tmp_path, items)
+    out = run("report", "--cluster", path)
+    assert out.returncode == 0, out.stderr
+    name = pod["metadata"]["name"]
+    assert (f"model-placement: {path}: Pod llm/{name}: spec.containers[0].resources.requests.cpu: cpu 'abc' is not a "
+            "Kubernetes quantity (e.g. 8, 500m, 64Gi); skipped") in out.stderr
+    assert f"model-placement: {path}: BalloonsPolicy kube-system/node.cpu-b1: spec.reservedResources.cpu 'cpuset:0-x'" \
+        in out.stderr
+    assert "2 malformed objects skipped" in out.stderr
+
+
+@pytest.mark.parametrize("content, sentence", [
+    ("", "{path} is empty: expected what `kubectl get nodes,pods,balloonspolicies,noderesourcetopologies -A -o yaml` prints"),
+    ("# nothing\n", "{path} is empty"),
+    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+     "{path} holds no usable Node object (1 ConfigMap): expected what `kubectl get"),
+    ("- a\n- b\n", "{path}: document 1 is not a Kubernetes object (it is a list)"),
+    ("items: [\n", "{path} is not valid YAML at line 2, column 1: did not find expected node content"),
+    ('{"kind": "List", "items": [', "{path} is not valid JSON: "),
+])
+def test_unusable_cluster_file(tmp_path: Path, content: str, sentence: str) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(content)
+    refused(run("report", "--cluster", str(path)), "model-placement: " + sentence.format(path=path))
+
+
+def test_missing_cluster_file(tmp_path: Path) -> None:
+    refused(run("report", "--cluster", str(tmp_path / "x.json")),
+            f"model-placement: cannot read --cluster file {tmp_path / 'x.json'}: No such file or directory")
+    refused(run("report", "--cluster", str(tmp_path)), f"model-placement: --cluster file {tmp_path} is a directory, not a file")
+
+
+def test_cluster_file_as_json(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": demo_items()}))
+    out = run("report", "-o", "json", "--cluster", str(path))
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)) == 7 and out.stderr == ""  # a real file: no demo notice
+
+
+# -- render's input --------------------------------------------------------------------------------------
+
+def model_pod(**annotations: str) -> dict[str, Any]:
+    pod = yaml.safe_load(TP1.read_text())
+    pod["metadata"]["annotations"] = annotations
+    return pod
+
+
+def test_render_reads_stdin_and_names_the_demo_fleet() -> None:
+    out = run("render", "-", "-o", "json", stdin=TP1.read_text())
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0]["verdict"]["allowed"] is True
+    assert "model-placement: using the bundled demo fleet (7 invented nodes, not your cluster)" in out.stderr
+
+
+def test_render_invalid_tp_is_refused_like_the_server() -> None:
+    pod = model_pod(**{"model-manager.io/tensor-parallel-size": "3"})
+    out = run("render", "-", "-o", "json", stdin=yaml.safe_dump(pod))
+    assert out.returncode == 3, out.stderr
+    [entry] = json.loads(out.stdout)
+    assert entry["verdict"]["reason"] == "pod-spec" and entry["verdict"]["allowed"] is False
+    assert entry["patch"] == [] and entry["mutated"] == pod  # /mutate leaves a faulty pod as it was
+    assert entry["ranking"] == []  # and /filter refuses every node
+    assert {f["list"] for f in entry["filtered"]} == {"FailedAndUnresolvableNodes"}
+
+
+def test_render_unparsable_cpu_gets_no_balloon() -> None:
+    pod = model_pod()
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "abc"}}
+    out = run("render", "-", "-o", "json", stdin=yaml.safe_dump(pod))
+    assert out.returncode == 3, out.stderr
+    [entry] = json.loads(out.stdout)
+    assert entry["patch"] == [] and not any(k.startswith("balloon.") for k in entry["mutated"]["metadata"]["annotations"])
+
+
+@pytest.mark.parametrize("content, sentence", [
+    ("", "model-placement: {path} is empty: expected a Pod, Deployment or StatefulSet manifest"),
+    ("kind: Pod\nmetadata: {name: [\n", "model-placement: {path} is not valid YAML at line 3, column 1"),
+])
+def test_render_unusable_file(tmp_path: Path, content: str, sentence: str) -> None:
+    path = tmp_path / "pod.yaml"
+    path.write_text(content)
+    refused(run("render", str(path)), sentence.format(path=path))
+    refused(run("render", str(tmp_path / "nope.yaml")),
+            f"model-placement: cannot read file {tmp_path / 'nope.yaml'}: No such file or directory")
+
+
+def test_render_objects_it_does_not_judge_are_bad_input(tmp_path: Path) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    out = run("render", "-", stdin=yaml.safe_dump(cm))
+    assert out.returncode == 2
+    assert "kind 'ConfigMap' is not judged here; expected Pod, Deployment or StatefulSet" in out.stdout
+    deployment = yaml.safe_load((ROOT / "examples/deployment-tp2.yaml").read_text())
+    deployment["spec"]["replicas"] = "lots"
+    out = run("render", "-", "-o", "json", stdin=yaml.safe_dump(deployment))
+    assert out.returncode == 2, out.stderr
+    [entry] = json.loads(out.stdout)
+    assert "spec.replicas" in entry["error"] and "'lots'" in entry["error"]
