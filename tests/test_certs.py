@@ -8,9 +8,14 @@ import datetime as dt
 import hashlib
 import logging
 import os
+import re
 import shutil
+import socket
 import ssl
 import stat
+import subprocess
+import threading
+import time
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +26,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -34,6 +40,7 @@ from certs import (
     server_ssl_context,
     write_bundle,
 )
+from tests.support.process import ROOT, ServerProcess, command
 
 SERVICE = "model-placement-webhook"
 NAMESPACE = "model-placement"
@@ -357,3 +364,155 @@ async def test_mutual_tls_requires_client_cert_from_client_ca(tmp_path: Path) ->
         assert body["client"] == "system:stranger"
         with pytest.raises(aiohttp.ClientError):
             await post_once(url, client_context(bundle.ca_file, *files["scheduler"]))
+
+
+# -- the `certs` command and the docs' renewal and rotation, end to end --------------------------------
+
+def certs_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([*command(), "certs", *args], cwd=cwd or ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def verifies(leaf_file: Path, ca_file: Path) -> bool:
+    """Does some CA of the bundle `ca_file` sign the certificate, as a TLS client trusting the bundle checks?"""
+    leaf = load_cert(leaf_file)
+    for ca in x509.load_pem_x509_certificates(ca_file.read_bytes()):
+        try:
+            leaf.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        return True
+    return False
+
+
+def healthz_over_tls(port: int, ca_file: Path) -> str:
+    """GET /healthz on a fresh TLS connection, verified as the apiserver verifies; the served certificate's
+    fingerprint."""
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            ctx.wrap_socket(raw, server_hostname=SERVER_NAME) as tls:
+        tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: webhook\r\nConnection: close\r\n\r\n")
+        reply = b""
+        while chunk := tls.recv(4096):
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200"), reply[:100]
+        return hashlib.sha256(tls.getpeercert(binary_form=True) or b"").hexdigest()
+
+
+def test_certs_twice_from_one_ca_and_a_running_server_takes_the_new_leaf(tmp_path: Path) -> None:
+    out_dir = tmp_path / "certs"
+    first = certs_cli("--service", SERVICE, "--namespace", NAMESPACE, "--out", str(out_dir), "--days", "30",
+                      "--write-ca-key")
+    assert "issued by: a new CA" in first.stdout
+    assert stat.S_IMODE(os.stat(out_dir / "ca.key").st_mode) == 0o600
+    ca_pem, first_leaf = (out_dir / "ca.crt").read_bytes(), (out_dir / "tls.crt").read_bytes()
+    ca = load_cert(out_dir / "ca.crt")
+    # The CA outlives its leaves: ten years against --days 30.
+    assert ca.not_valid_after_utc - ca.not_valid_before_utc > dt.timedelta(days=3649)
+    assert load_cert(out_dir / "tls.crt").not_valid_after_utc - dt.datetime.now(dt.timezone.utc) \
+        < dt.timedelta(days=30, minutes=1)
+    shutil.copy(out_dir / "tls.crt", tmp_path / "first.crt")
+
+    server = ServerProcess([
+        "serve", "--host", "127.0.0.1", "--port", "0", "--tls-cert", str(out_dir / "tls.crt"), "--tls-key",
+        str(out_dir / "tls.key"), "--cert-check-seconds", "0.2"])
+    seen: list[str] = []
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def keep_calling() -> None:
+        while not stop.is_set():
+            try:
+                seen.append(healthz_over_tls(server.port, out_dir / "ca.crt"))
+            except BaseException as exc:  # noqa: BLE001 - every failure is the finding
+                failures.append(exc)
+            time.sleep(0.02)
+
+    caller = threading.Thread(target=keep_calling, daemon=True)
+    try:
+        caller.start()
+        while len(seen) < 5 and not failures:
+            time.sleep(0.05)
+        second = certs_cli("--service", SERVICE, "--namespace", NAMESPACE, "--out", str(out_dir), "--days", "30",
+                           "--ca-cert", str(out_dir / "ca.crt"), "--ca-key", str(out_dir / "ca.key"))
+        assert f"issued by: the existing CA {out_dir / 'ca.crt'}" in second.stdout
+        new_fp = fingerprint(out_dir / "tls.crt")
+        deadline = time.monotonic() + 10
+        while new_fp not in seen and time.monotonic() < deadline and not failures:
+            time.sleep(0.05)
+        count = len(seen)
+        while len(seen) < count + 5 and not failures:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        caller.join(10)
+        assert server.stop() == 0
+    assert not failures, failures[:3]
+    old_fp = fingerprint(tmp_path / "first.crt")
+    assert seen[0] == old_fp and new_fp in seen and seen[-1] == new_fp
+    assert seen.index(new_fp) > seen.index(old_fp)
+    assert (out_dir / "ca.crt").read_bytes() == ca_pem  # the caBundle is unchanged
+    assert (out_dir / "tls.crt").read_bytes() != first_leaf
+    assert verifies(tmp_path / "first.crt", out_dir / "ca.crt") and verifies(out_dir / "tls.crt", out_dir / "ca.crt")
+    assert server.logged("TLS certificate reloaded") and not server.problems()
+
+
+INSTALL = ROOT / "docs/install.md"
+
+
+def doc_block(after: str) -> str:
+    """The first ```sh block after the text `after` in docs/install.md."""
+    text = INSTALL.read_text()
+    start = text.index("```sh\n", text.index(after)) + len("```sh\n")
+    return text[start:text.index("```", start)]
+
+
+def run_doc_lines(block: str, cwd: Path) -> None:
+    """The block as written, but for kubectl (there is no cluster here): `model-placement` is our console script."""
+    lines = [line for line in block.replace("\\\n", " ").splitlines()
+             if line.strip() and not line.lstrip().startswith(("#", "kubectl"))]
+    script = "set -euo pipefail\n" + "\n".join(lines)
+    shim = cwd / ".bin" / "model-placement"
+    shim.parent.mkdir(exist_ok=True)
+    shim.write_text(f"#!/bin/sh\nexec {' '.join(command())} \"$@\"\n")
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}"}
+    out = subprocess.run(["/bin/bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, (script, out.stderr)
+
+
+def steps(block: str) -> list[str]:
+    """A block of numbered steps (`# 1. …`) split into its steps."""
+    return [part for part in re.split(r"^# \d+\. .*$", block, flags=re.M) if part.strip()]
+
+
+def test_install_docs_renewal_and_ca_rotation_work_as_written(tmp_path: Path) -> None:
+    certs = tmp_path / "manifests/certs"
+    run_doc_lines(doc_block("## 2. Generate the certificates"), tmp_path)
+    assert sorted(p.name for p in certs.iterdir()) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+    ca_pem, leaf_pem = (certs / "ca.crt").read_bytes(), (certs / "tls.crt").read_bytes()
+
+    run_doc_lines(doc_block("**Renewing the serving certificate**"), tmp_path)
+    assert (certs / "ca.crt").read_bytes() == ca_pem and (certs / "tls.crt").read_bytes() != leaf_pem
+    assert verifies(certs / "tls.crt", certs / "ca.crt")
+    ReloadingTLS(certs / "tls.crt", certs / "tls.key")  # a pair a server accepts
+
+    rotation = steps(doc_block("**Changing the CA**"))
+    assert len(rotation) == 4
+    served = tmp_path / "served.crt"
+    for n, step in enumerate(rotation, 1):
+        shutil.copy(certs / "tls.crt", served)  # what the servers present until the kubelet updates the Secret
+        run_doc_lines(step, tmp_path)
+        # Between steps every client trusts both what was served and what is served now.
+        assert verifies(served, certs / "ca.crt") or n == 4, n
+        assert verifies(certs / "tls.crt", certs / "ca.crt"), n
+        ReloadingTLS(certs / "tls.crt", certs / "tls.key")
+        if n == 2:
+            assert len(x509.load_pem_x509_certificates((certs / "ca.crt").read_bytes())) == 2
+    assert (certs / "ca.crt").read_bytes() != ca_pem
+    assert len(x509.load_pem_x509_certificates((certs / "ca.crt").read_bytes())) == 1
+    assert not (tmp_path / "manifests/certs-next").exists()
+    new_ca = (certs / "ca.crt").read_bytes()
+    run_doc_lines(doc_block("**Renewing the serving certificate**"), tmp_path)  # the next renewal works again
+    assert (certs / "ca.crt").read_bytes() == new_ca and verifies(certs / "tls.crt", certs / "ca.crt")
