@@ -49,7 +49,7 @@ def build(name: str, package: str = ".", timeout: float = 1800) -> Path:
     module = PEERS / name
     go = _go()
     target = cache_root() / f"{name}-{_key(module, go)}"
-    binary = target / Path(package).name.replace(".", name)
+    binary = target / (Path(package).name or name)  # Path(".").name is ""
     if binary.exists():
         return binary
     target.mkdir(parents=True, exist_ok=True)
