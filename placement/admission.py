@@ -10,7 +10,8 @@ from typing import Any
 from placement.cluster import ClusterState
 from placement.mutation import Mutation, mutate_pod
 from placement.demand import OUT_TYPE
-from placement.preflight import NRI_FALLBACK, Verdict, preflight
+from placement.fit import INSUFFICIENT_FREE
+from placement.preflight import NRI_FALLBACK, REPLICAS, Verdict, preflight
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
@@ -75,11 +76,14 @@ class Decision:
         return self.check
 
 
-def validate(subject: Subject, cluster: ClusterState, require_mutated: bool = False) -> Decision:
+def validate(subject: Subject, cluster: ClusterState, require_mutated: bool = False, update: bool = False) -> Decision:
     """The pre-flight verdict under the pod's mode. The object is judged as it will be scheduled:
     our own mutation is applied first (it is idempotent, so an already mutated pod is unchanged).
     With `require_mutated` (the webhook, for a Pod), a model pod our mutating webhook never saw is
-    refused: it would run unpinned, and its ReplicaSet retries once the mutating webhook is back."""
+    refused: it would run unpinned, and its ReplicaSet retries once the mutating webhook is back.
+    With `update` (a Deployment or StatefulSet changed), what does not fit *today's* free cores is
+    admitted with the refusal as a warning: a GitOps sync scales ahead of the nodes that will hold it
+    (and `kubectl scale` is never checked at all), while every pod is still checked when it is created."""
     mutation = mutate_pod(subject.pod, cluster, subject.namespace)
     demand = mutation.demand
     if demand is None:
@@ -98,6 +102,10 @@ def validate(subject: Subject, cluster: ClusterState, require_mutated: bool = Fa
     if not cluster.settings.nri_enabled and verdict.check in NRI_CHECKS:
         return Decision(True, mode, "skipped", "", verdict.notes, mutation, verdict, subject.replicas)
     # warn mode admits and tells the same text; the webhook splits it into warnings the apiserver keeps.
+    if update and verdict.check in CAPACITY_TODAY:
+        message = (f"{verdict.message} Admitted as an update: the workload may scale ahead of its capacity; pods that "
+                   "do not fit stay Pending until cores are free.")
+        return Decision(True, mode, verdict.check, message, verdict.notes, mutation, verdict, subject.replicas)
     allowed = mode == "warn"
     return Decision(allowed, mode, verdict.check, verdict.message, verdict.notes, mutation, verdict,
                     subject.replicas)
@@ -108,6 +116,8 @@ def _mutated(pod: Mapping[str, Any]) -> bool:
 
 
 NOT_MUTATED = "not-mutated"
+# Refusals that depend on what is free now, not on what the workload asks of a node.
+CAPACITY_TODAY = (INSUFFICIENT_FREE, REPLICAS)
 NRI_CHECKS = ("balloon-type-missing", "nri-not-running", "balloon-type-max-cpus", "max-balloons-reached",
               NRI_FALLBACK)
 

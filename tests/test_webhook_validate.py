@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -276,7 +277,8 @@ async def test_deployment_create_update_and_statefulset_on_the_demo_fleet(wh: We
     assert (await wh.validate(review("ar-deployment-create.json"))).allowed  # TP=2 × 32 CPUs, 2 replicas
     assert (await wh.validate(review("ar-deployment-update.json"))).allowed  # scaled 2 -> 3
     # Four nodes can hold a TP=2 × 16-core balloon now: a fifth replica cannot.
-    refused(await wh.validate(workload("ar-deployment-update.json", replicas=5, uid="five")),
+    five = workload("ar-deployment-create.json", replicas=5, uid="five")
+    refused(await wh.validate(five),
             "llm/mixtral-8x7b: only 4 of 5 replicas fit at once",
             "balloon vllm-balloon-tp2: 2 NUMA nodes × 16 cores (64 CPUs) each; 4 of 6 eligible nodes have room now",
             "Use replicas: 4 or fewer")
@@ -287,6 +289,24 @@ async def test_deployment_create_update_and_statefulset_on_the_demo_fleet(wh: We
     # Scaled to zero: nothing to place.
     assert (await wh.validate(workload("ar-deployment-update.json", replicas=0, uid="zero",
                                        **{"model-manager.io/tensor-parallel-size": "8"}))).allowed
+
+
+async def test_a_scale_up_beyond_todays_capacity_is_admitted_with_a_warning(wh: Webhook) -> None:
+    """GitOps scales a Deployment ahead of the nodes that will hold it: the UPDATE is admitted, and the
+    warning says what does not fit today; the same object created is refused."""
+    sent = review("ar-deployment-update.json", uid="twenty")
+    assert sent["request"]["operation"] == "UPDATE" and sent["request"]["oldObject"]["spec"]["replicas"] == 2
+    sent["request"]["object"]["spec"]["replicas"] = 20
+    answer = await wh.validate(sent)
+    assert answer.allowed
+    assert re.search(r"llm/mixtral-8x7b: only \d+ of 20 replicas fit at once", answer.warning_text)
+    assert "Admitted as an update: the workload may scale ahead of its capacity" in answer.warning_text
+    created = review("ar-deployment-create.json", uid="twenty-new")
+    created["request"]["object"]["spec"]["replicas"] = 20
+    assert re.search(r"only \d+ of 20 replicas fit at once", refused(await wh.validate(created)))
+    # What no node could ever hold is refused on UPDATE too: no new node of today's kinds would help.
+    tp8 = workload("ar-deployment-update.json", uid="tp8", **{"model-manager.io/tensor-parallel-size": "8"})
+    refused(await wh.validate(tp8), "TP=8 needs a node with at least 8 NUMA nodes")
 
 
 # ------------------------------------------------------------------------------------- never judged

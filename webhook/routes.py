@@ -340,7 +340,7 @@ def validate_review(review: Review, ctx: Context) -> Outcome:
         return _out_of_time(uid, subject, label, ctx)
     started = time.monotonic()
     try:
-        decision = validate(subject, ctx.cluster, require_mutated=True)
+        decision = validate(subject, ctx.cluster, require_mutated=True, update=review.operation == "UPDATE")
     except Exception as exc:  # noqa: BLE001 - answer, log, and let the failure policy logic decide
         log.exception("pre-flight failed", extra={"verb": "validate", "pod": label, "uid": uid})
         return _unreadable(uid, obj, label, f"pre-flight failed ({type(exc).__name__})", ctx)
