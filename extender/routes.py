@@ -25,9 +25,10 @@ import orjson
 from aiohttp import web
 
 from extender import wire
-from extender.bind import bind
+from extender.bind import OutOfTime, bind
 from extender.filter import Judge, PodRef, describe_demand, filter_nodes
 from extender.holds import Holds
+from extender.preempt import Preemption
 from extender.score import rank
 from server import metrics
 from server.app import RUNTIME, BadRequest, json_response, read_json
@@ -36,6 +37,7 @@ log = logging.getLogger("model_placement.extender")
 
 JUDGE: web.AppKey[Judge] = web.AppKey("extender_judge", Judge)
 HOLDS: web.AppKey[Holds] = web.AppKey("extender_holds", Holds)
+PREEMPTION: web.AppKey[Preemption] = web.AppKey("extender_preemption", Preemption)
 FIRST_REASONS = 3
 WARM_SLICE_SECONDS = 0.0005
 WARM_IDLE_SECONDS = 0.05
@@ -48,9 +50,11 @@ _UNRESOLVABLE = metrics.FILTER_NODES.labels("unresolvable")
 def add_routes(app: web.Application) -> None:
     app[JUDGE] = Judge(app[RUNTIME].cluster)
     app[HOLDS] = Holds(app[RUNTIME].cluster)
+    app[PREEMPTION] = Preemption(app[RUNTIME], app[JUDGE])
     app.cleanup_ctx.append(_warm_verdicts)
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/prioritize", handle_prioritize)
+    app.router.add_post("/preempt", handle_preempt)
     app.router.add_post("/bind", handle_bind)
     app.router.add_get("/debug/nodes", debug_nodes)
     app.router.add_get("/debug/nodes/{name}", debug_node)
@@ -132,6 +136,8 @@ async def handle_filter(request: web.Request) -> web.Response:
     out = filter_nodes(judge, ref, args.names)
     if len(out.passed) == 1 and ref.demand is not None:
         holds.hold(ref, out.passed[0])  # kube-scheduler picks the only feasible node without /prioritize
+    elif out.decision == "fits-nowhere":
+        request.app[PREEMPTION].consider(ref, args.pod, list(out.failed))
     try:
         response, ms = _respond(wire.filter_result(args, out.passed, out.failed, out.unresolvable), started)
     except orjson.JSONEncodeError as exc:
@@ -177,6 +183,37 @@ async def handle_prioritize(request: web.Request) -> web.Response:
         "verb": "prioritize", "pod": ref.display, "nodes_in": len(args.names),
         "nodes_out": len(scores) - scores.count(0), "first_reasons": [f"{n}={top}" for n in best] or None,
         "decision": "scored" if ref.demand is not None else "not-a-model-pod", "duration_ms": round(ms, 3)})
+    return response
+
+
+async def handle_preempt(request: web.Request) -> web.Response:
+    started = time.perf_counter()
+    deadline = time.monotonic() + request.app[RUNTIME].call_budget
+    unsynced = _unsynced(request, "preempt")
+    if unsynced is not None:
+        return json_response(wire.bind_result(unsynced), status=503)
+    judge = _judge(request)
+
+    def parse(body: Any) -> tuple[wire.PreemptArgs, PodRef]:
+        args = wire.parse_preempt_args(body)
+        return args, judge.read_pod(args.pod)
+
+    args, ref = await _read(request, "preempt", parse)
+    try:
+        kept, dropped = await request.app[PREEMPTION].narrow(ref, args.victims, args.pods, deadline)
+    except OutOfTime:
+        message = (f"reading PodDisruptionBudgets and victims for {ref.display} took longer than the "
+                   f"{request.app[RUNTIME].call_budget:g} s this call may take; kube-scheduler retries the pod")
+        log.warning("preempt", extra={"verb": "preempt", "pod": ref.display, "decision": "timeout", "error": message})
+        return json_response(wire.bind_result(message), status=503)
+    response, ms = _respond(wire.preempt_result(kept), started)
+    metrics.PREEMPTIONS.labels("scheduler", "kept").inc(len(kept))
+    metrics.PREEMPTIONS.labels("scheduler", "dropped").inc(len(dropped))
+    log.info("preempt", extra={
+        "verb": "preempt", "pod": ref.display, "nodes_in": len(args.victims), "nodes_out": len(kept),
+        "first_reasons": [f"{n}: {len(u)} of {len(args.victims[n])} victims" for n, u in islice(kept.items(), 3)]
+        + [f"{n}: {why}" for n, why in islice(dropped.items(), 3)] or None,
+        "decision": "narrowed" if kept else "no-candidate", "duration_ms": round(ms, 3)})
     return response
 
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from placement.config import ConfigError
+
 DEFAULT_HTTP_TIMEOUT = 5.0  # kube-scheduler's DefaultExtenderTimeout, used when httpTimeout is 0 or absent
 # What loopback, our own event loop and the answer's serialisation may take after the budget is spent.
 MARGIN = 0.5
@@ -20,8 +22,8 @@ _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 
 
-class SchedulerConfigError(ValueError):
-    pass
+class SchedulerConfigError(ConfigError):
+    """The KubeSchedulerConfiguration given to the extender cannot be read; names the file and the problem."""
 
 
 def _not_duration(text: str) -> SchedulerConfigError:
@@ -70,6 +72,8 @@ def call_budget(timeout: float) -> float:
 def budget_from_file(path: str | Path) -> float:
     try:
         config = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise SchedulerConfigError(f"cannot read the KubeSchedulerConfiguration {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise SchedulerConfigError(f"{path} is not YAML: {exc}") from None
     try:

@@ -14,6 +14,9 @@ from typing import Any
 from server.app import BadRequest
 
 _ARGS_FIELDS = {"pod": "Pod", "nodes": "Nodes", "nodenames": "NodeNames"}
+_PREEMPT_FIELDS = {"pod": "Pod", "nodenametovictims": "NodeNameToVictims",
+                   "nodenametometavictims": "NodeNameToMetaVictims"}
+_VICTIMS_FIELDS = {"pods": "Pods", "numpdbviolations": "NumPDBViolations"}
 _BIND_FIELDS = {"podname": "PodName", "podnamespace": "PodNamespace", "poduid": "PodUID", "node": "Node"}
 
 
@@ -107,6 +110,55 @@ def filter_error(error: str) -> dict[str, Any]:
 def host_priorities(names: list[str], scores: list[int]) -> list[dict[str, Any]]:
     """`HostPriorityList`: a bare JSON array, Score an integer in 0..10."""
     return [{"Host": n, "Score": s} for n, s in zip(names, scores)]
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptArgs:
+    pod: dict[str, Any]
+    victims: dict[str, list[str]]  # node -> the uids of the victims kube-scheduler chose there, in its order
+    pods: dict[str, dict[str, Any]]  # uid -> the victim's v1.Pod, when sent whole (nodeCacheCapable: false)
+
+
+def parse_preempt_args(body: Any) -> PreemptArgs:
+    """`ExtenderPreemptionArgs`: NodeNameToMetaVictims (uids; nodeCacheCapable: true) or NodeNameToVictims
+    (whole pods); BadRequest names what is wrong."""
+    fields = _fields(body, _PREEMPT_FIELDS, "ExtenderPreemptionArgs")
+    pod = fields.get("Pod")
+    if not isinstance(pod, dict):
+        raise BadRequest("ExtenderPreemptionArgs has no Pod object")
+    victims: dict[str, list[str]] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    for key in ("NodeNameToMetaVictims", "NodeNameToVictims"):
+        by_node = fields.get(key)
+        if by_node is None:
+            continue
+        if not isinstance(by_node, dict):
+            raise BadRequest(f"ExtenderPreemptionArgs.{key} must be null or an object of node names")
+        for node, entry in by_node.items():
+            listed = _fields(entry, _VICTIMS_FIELDS, f"ExtenderPreemptionArgs.{key}[{node}]").get("Pods") or []
+            if not isinstance(listed, list):
+                raise BadRequest(f"ExtenderPreemptionArgs.{key}[{node}].Pods must be a list")
+            uids = victims.setdefault(node, [])
+            for i, item in enumerate(listed):
+                if key == "NodeNameToMetaVictims":
+                    uid = _fields(item, {"uid": "UID"}, f"{key}[{node}].Pods[{i}]").get("UID")
+                else:
+                    meta = item.get("metadata") if isinstance(item, dict) else None
+                    uid = meta.get("uid") if isinstance(meta, dict) else None
+                    if isinstance(uid, str) and uid:
+                        pods[uid] = item
+                if not isinstance(uid, str) or not uid:
+                    raise BadRequest(f"ExtenderPreemptionArgs.{key}[{node}].Pods[{i}] has no UID")
+                uids.append(uid)
+    return PreemptArgs(pod, victims, pods)
+
+
+def preempt_result(chosen: dict[str, list[str]]) -> dict[str, Any]:
+    """`ExtenderPreemptionResult`: always NodeNameToMetaVictims, whichever form came in (kube-scheduler's
+    ProcessPreemption reads only that one and maps the uids back to its own pods). Only victim sets that violate
+    no PodDisruptionBudget are chosen, so NumPDBViolations is 0; a node left out is no candidate."""
+    return {"NodeNameToMetaVictims": {node: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0}
+                                      for node, uids in chosen.items()}}
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,11 @@ class BindError(KubeApiError):
     """The apiserver refused a pod binding (409: already assigned / UID mismatch / being deleted; 404: no pod)."""
 
 
+class EvictionError(KubeApiError):
+    """The apiserver refused an eviction (429: a PodDisruptionBudget allows no disruption now; 404: no pod;
+    409: the uid precondition failed, the pod was re-created)."""
+
+
 def make_api_client(
     kubeconfig: str | None = None, in_cluster: bool = False, *, context: str | None = None
 ) -> client.ApiClient:
@@ -124,3 +129,16 @@ def bind_pod(api_client: client.ApiClient, namespace: str, name: str, uid: str |
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
     resp = request(api_client, "POST", path, body=binding, timeout=timeout)
     _body(resp, BindError, f"binding pod {namespace}/{name} to node {node} failed")
+
+
+def evict_pod(api_client: client.ApiClient, namespace: str, name: str, uid: str, *,
+              timeout: float | tuple[float, float] | None = DEFAULT_TIMEOUT) -> None:
+    """Evict a pod through the Eviction API (``POST pods/{name}/eviction``, policy/v1), which honours its
+    PodDisruptionBudgets and its termination grace period, unlike a plain delete; ``uid`` is a precondition, so a
+    pod re-created under the same name is not evicted instead. Raises ``EvictionError`` with the apiserver's
+    message, e.g. 429 ``Cannot evict pod as it would violate the pod's disruption budget.``"""
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/eviction"
+    resp = request(api_client, "POST", path, body=eviction, timeout=timeout)
+    _body(resp, EvictionError, f"evicting pod {namespace}/{name}")

@@ -23,6 +23,10 @@ FILTER_NODES = Counter("model_placement_extender_filter_nodes_total",
                        "Nodes judged by /filter, by outcome", ["outcome"])
 UNSYNCED = Counter("model_placement_extender_unsynced_answers_total",
                    "Extender calls refused because the cluster state was not fully listed yet, by verb", ["verb"])
+PREEMPTIONS = Counter("model_placement_extender_preemptions_total",
+                      "Preemption decisions: path scheduler (/preempt, per node kept or dropped) or own (our "
+                      "evictions for nodes only we refused: evicted, refused by the apiserver, none possible)",
+                      ["path", "result"])
 BIND = Counter("model_placement_extender_bind_total", "Bind results", ["result"])
 ASSUMED_EXPIRED = Counter("model_placement_assumed_pods_expired_total",
                           "Assumed pods released because no binding was seen in time")

@@ -95,6 +95,12 @@ async def run(args: argparse.Namespace, settings: Settings, stop: asyncio.Event 
         tls = server_ssl_context(args.tls_cert, args.tls_key, args.client_ca, interval=args.cert_check_seconds)
         metrics.CERT_NOT_AFTER.set(tls.not_after.timestamp())
     runtime = make_runtime(args, settings)
+    if getattr(args, "scheduler_config", None):
+        from extender.schedconfig import budget_from_file
+
+        runtime.call_budget = budget_from_file(args.scheduler_config)
+        log.info("extender calls answer within kube-scheduler's httpTimeout", extra={
+            "path": args.scheduler_config, "duration_ms": round(runtime.call_budget * 1000)})
     if runtime.api_client is not None:
         from server.kubesource import KubeSource
 

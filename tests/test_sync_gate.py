@@ -54,9 +54,12 @@ def test_every_verb_refuses_until_the_pod_list_is_in_then_answers(fake: FakeApiS
         assert fake.get("Pod", "gate-0", "llm-inference")["spec"].get("nodeName") is None  # nothing was bound
         status, answer = post(http, f"{base}/prioritize", args_nodecache(pod, NODES))
         assert status == 503 and "has not finished listing Pod" in answer["Error"]
+        status, answer = post(http, f"{base}/preempt", b'{"Pod":' + json.dumps(pod).encode()
+                              + b',"NodeNameToVictims":null,"NodeNameToMetaVictims":{}}')
+        assert status == 503 and "has not finished listing Pod" in answer["Error"]
         assert metric(http, base, "filter") == 1 and metric(http, base, "bind") == 1
         refusals = proc.logged("not synced")
-        assert [e["verb"] for e in refusals] == ["filter", "bind", "prioritize"]
+        assert [e["verb"] for e in refusals] == ["filter", "bind", "prioritize", "preempt"]
         assert all(e["kind"] == "Pod" and e["level"] == "warning" for e in refusals)
 
         fake.release_lists("Pod")

@@ -64,6 +64,7 @@ RESOURCES: dict[str, Resource] = {
             "NodeResourceTopology", "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies",
             namespaced=False, crd=True,
         ),
+        Resource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", namespaced=True, crd=False),
     )
 }
 _BY_PATH: dict[tuple[str, str], Resource] = {(r.prefix, r.plural): r for r in RESOURCES.values()}
@@ -116,6 +117,7 @@ class FakeApiServer:
         self._fail_next_watch: dict[str, str] = {}
         self._fail_next_list: dict[str, tuple[int, int]] = {}
         self._held_lists: dict[str, asyncio.Event] = {}
+        self.evictions: list[str] = []  # namespace/name of every eviction asked for, allowed or not
         self._watchers: set[_Watcher] = set()
         self._snapshots: dict[str, tuple[int, list[bytes]]] = {}
         self._snapshot_ids = itertools.count(1)
@@ -468,6 +470,8 @@ class FakeApiServer:
         res, namespace, name, sub = route
         if request.method == "POST" and res.kind == "Pod" and sub == "binding" and namespace and name:
             return await self._bind(request, namespace, name)
+        if request.method == "POST" and res.kind == "Pod" and sub == "eviction" and namespace and name:
+            return await self._evict(request, namespace, name)
         if request.method != "GET" or sub is not None:
             return self._error(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource")
@@ -622,6 +626,45 @@ class FakeApiServer:
         conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                            "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})
         self._put("Pod", pod, create=False)
+        return self._json(201, status(201, "", ""))
+
+
+    async def _evict(self, request: web.Request, namespace: str, name: str) -> web.Response:
+        """policy/v1 Eviction: 429 while a PodDisruptionBudget of the pod (matchLabels only) allows no
+        disruption, else the budget is spent and the pod deleted (no grace period here)."""
+        try:
+            eviction = orjson.loads(await request.read())
+        except ValueError:
+            return self._error(400, "BadRequest", "not an Eviction object")
+        if eviction.get("kind") != "Eviction" or (eviction.get("metadata") or {}).get("name") != name:
+            return self._error(400, "BadRequest", "name in URL does not match name in Eviction object")
+        self.evictions.append(f"{namespace}/{name}")
+        raw = self._objects["Pod"].get(_key(namespace, name))
+        if raw is None:
+            return self._error(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+        pod = orjson.loads(raw)
+        want = ((eviction.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+        if want and want != pod["metadata"]["uid"]:
+            return self._error(409, "Conflict", f'Operation cannot be fulfilled on Pod "{name}": the UID in the '
+                               f"precondition ({want}) does not match the UID in record ({pod['metadata']['uid']}). "
+                               "The object might have been deleted and then recreated")
+        labels = pod["metadata"].get("labels") or {}
+        budgets = []
+        for key in self._keys("PodDisruptionBudget"):
+            pdb = orjson.loads(self._objects["PodDisruptionBudget"][key])
+            selector = (pdb.get("spec") or {}).get("selector") or {}
+            if pdb["metadata"]["namespace"] == namespace and all(
+                    labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()):
+                budgets.append(pdb)
+        for pdb in budgets:
+            if int((pdb.get("status") or {}).get("disruptionsAllowed") or 0) < 1:
+                return self._error(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+                                   "disruption budget.", {"causes": [{"reason": "DisruptionBudget", "message":
+                                   f"The disruption budget {pdb['metadata']['name']} needs more healthy pods"}]})
+        for pdb in budgets:
+            pdb["status"]["disruptionsAllowed"] -= 1
+            self._put("PodDisruptionBudget", pdb, create=False)
+        self._delete("Pod", name, namespace)
         return self._json(201, status(201, "", ""))
 
 

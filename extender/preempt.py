@@ -1,0 +1,253 @@
+"""NUMA-aware preemption, on two paths.
+
+`/preempt` (kube-scheduler's preemptVerb): the scheduler found candidate nodes by dry-running its in-tree
+filters, which count CPUs node-wide, and sends each one's victims. We narrow each to the fewest that free
+the right NUMA nodes (`victims.choose`), honouring PodDisruptionBudgets, and drop the nodes where no set
+does. A node left out is simply no candidate; one kept must have at least one victim, or kube-scheduler
+fails the whole preemption ("expected at least one victim pod on node", preemption.go callExtenders).
+
+Our own path: a node only our filter refused (its CPUs are free node-wide, on the wrong NUMA nodes) passes
+the in-tree dry run with every pod reprieved, so the scheduler offers no candidate there and never calls
+/preempt for it (DryRunPreemption: "expected at least one victim"). When /filter finds that a model pod
+fits nowhere and the scheduler's own preemption did not act for it, we choose the victims as /preempt
+would among the lower-priority pods of the nodes we refused, evict them through the Eviction API (which
+honours PDBs and grace periods), and let the next scheduling cycle place the pod once they are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from extender.bind import OutOfTime, api_call
+from extender.filter import Judge, PodRef
+from extender.victims import Candidate, Choice, Outcome, best_node, choose
+from server import metrics
+from server.app import Runtime
+
+log = logging.getLogger("model_placement.extender")
+
+WAIT_FOR_SCHEDULER = 1.0  # its /preempt follows its /filter within the same cycle, in milliseconds
+COOLDOWN = 45.0  # after evicting for a pod: the victims' grace period, before it may evict again
+RETRY = 10.0  # after finding nothing to evict for a pod
+SHORTLIST = 16  # nodes judged from the ledger alone, closest to fitting first
+READ = 4  # of those, the nodes whose pods are read from the API (priority, labels) and judged for real
+API_SECONDS = 5.0  # each API call of our own path (it runs in the background, not inside a scheduler call)
+
+
+@dataclass(frozen=True, slots=True)
+class Pdb:
+    key: str  # namespace/name
+    namespace: str
+    match_labels: Mapping[str, str]
+    expressions: tuple[Mapping[str, Any], ...]
+    allowed: int  # status.disruptionsAllowed
+    disrupted: frozenset[str]  # status.disruptedPods: evictions the apiserver already counted
+
+    def covers(self, namespace: str, name: str, labels: Mapping[str, str]) -> bool:
+        # As kube-scheduler counts (filterPodsWithPDBViolation): a nil or empty selector matches nothing.
+        if namespace != self.namespace or name in self.disrupted or not (self.match_labels or self.expressions):
+            return False
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        return all(_expression(e, labels) for e in self.expressions)
+
+
+def _expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or ()
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return False  # an invalid selector matches nothing, as LabelSelectorAsSelector's error does there
+
+
+def read_pdb(obj: Mapping[str, Any]) -> Pdb:
+    meta = obj.get("metadata") or {}
+    selector = (obj.get("spec") or {}).get("selector") or {}
+    status = obj.get("status") or {}
+    namespace = str(meta.get("namespace") or "")
+    return Pdb(f"{namespace}/{meta.get('name')}", namespace, dict(selector.get("matchLabels") or {}),
+               tuple(selector.get("matchExpressions") or ()), int(status.get("disruptionsAllowed") or 0),
+               frozenset(status.get("disruptedPods") or ()))
+
+
+def candidate(pod: Mapping[str, Any], pdbs: Iterable[Pdb]) -> Candidate:
+    meta = pod.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    labels = meta.get("labels") or {}
+    priority = (pod.get("spec") or {}).get("priority")
+    return Candidate(str(meta.get("uid") or ""), f"{namespace}/{name}", priority if isinstance(priority, int) else 0,
+                     tuple(p.key for p in pdbs if p.covers(namespace, name, labels)))
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    priority = (pod.get("spec") or {}).get("priority")
+    return priority if isinstance(priority, int) else 0
+
+
+class Preemption:
+    """Both paths; lives on the event loop with the cluster state."""
+
+    def __init__(self, runtime: Runtime, judge: Judge) -> None:
+        self.runtime = runtime
+        self.cluster = runtime.cluster
+        self.judge = judge
+        self._scheduler_acted: dict[str, float] = {}  # preemptor uid -> when /preempt kept a node for it
+        self._not_before: dict[str, float] = {}  # preemptor uid -> when our own path may act for it again
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    # -- reading the API ----------------------------------------------------------------------------
+
+    async def _get(self, path: str, deadline: float) -> Any:
+        from server.kubeapi import get_json
+
+        return await api_call(get_json, deadline, self.runtime.api_client, path)
+
+    async def _pdbs(self, deadline: float) -> list[Pdb]:
+        if self.runtime.api_client is None:
+            return []
+        listed = await self._get("/apis/policy/v1/poddisruptionbudgets", deadline)
+        return [read_pdb(o) for o in listed.get("items") or ()]
+
+    async def _victim_pod(self, uid: str, sent: Mapping[str, Mapping[str, Any]], deadline: float) -> Mapping[str, Any]:
+        """The victim's v1.Pod: as kube-scheduler sent it, else from the API; with the cluster state's name."""
+        if uid in sent:
+            return sent[uid]
+        rec = self.cluster.pods.get(uid)
+        if rec is None or self.runtime.api_client is None:
+            ns, name = (rec.namespace, rec.name) if rec is not None else ("", uid)
+            return {"metadata": {"uid": uid, "namespace": ns, "name": name}}
+        pod = await self._get(f"/api/v1/namespaces/{quote(rec.namespace, safe='')}/pods/"
+                              f"{quote(rec.name, safe='')}", deadline)
+        return pod if (pod.get("metadata") or {}).get("uid") == uid else {"metadata": {"uid": uid}}
+
+    # -- /preempt -------------------------------------------------------------------------------------
+
+    async def narrow(self, ref: PodRef, victims: Mapping[str, list[str]], sent: Mapping[str, Mapping[str, Any]],
+                     deadline: float) -> tuple[dict[str, list[str]], dict[str, str]]:
+        """Per node, the uids to evict (nodes where none work are left out), and why each dropped node was."""
+        if ref.demand is None:  # not ours to judge: keep the scheduler's choice
+            return {node: list(uids) for node, uids in victims.items() if uids}, {}
+        pdbs = await self._pdbs(deadline)
+        namespaces = {p.namespace for p in pdbs}
+        kept: dict[str, list[str]] = {}
+        dropped: dict[str, str] = {}
+        for node, uids in victims.items():
+            ledger = self.cluster.ledger(node)
+            if ledger is None:
+                dropped[node] = "not known to the extender"
+                continue
+            pods = []
+            for uid in uids:
+                rec = self.cluster.pods.get(uid)
+                # Labels matter only where a PDB could cover the pod; the rest need no API call.
+                if uid in sent or (rec is not None and rec.namespace in namespaces):
+                    pods.append(candidate(await self._victim_pod(uid, sent, deadline), pdbs))
+                else:
+                    pods.append(Candidate(uid, f"{rec.namespace}/{rec.name}" if rec else uid))
+            outcome = choose(self.cluster, ref.demand, ledger, pods, {p.key: p.allowed for p in pdbs})
+            if outcome.choice is None:
+                dropped[node] = outcome.why_not
+            else:
+                kept[node] = outcome.choice.uids
+        if kept:
+            self._scheduler_acted[ref.uid] = time.monotonic()
+        return kept, dropped
+
+    # -- our own path ---------------------------------------------------------------------------------
+
+    def consider(self, ref: PodRef, pod: Mapping[str, Any], refused: list[str]) -> None:
+        """/filter found that the model pod fits nowhere, `refused` being the nodes eviction could help on."""
+        if not refused or self.runtime.api_client is None or ref.demand is None:
+            return
+        if (pod.get("spec") or {}).get("preemptionPolicy") == "Never" or ref.uid in self._tasks:
+            return
+        if self._not_before.get(ref.uid, 0.0) > time.monotonic():
+            return
+        task = asyncio.get_running_loop().create_task(self._own(ref, pod_priority(pod), refused))
+        self._tasks[ref.uid] = task
+        task.add_done_callback(lambda _: self._tasks.pop(ref.uid, None))
+
+    async def _own(self, ref: PodRef, priority: int, refused: list[str]) -> None:
+        started = time.monotonic()
+        try:
+            await asyncio.sleep(WAIT_FOR_SCHEDULER)
+            if self._scheduler_acted.get(ref.uid, 0.0) >= started:
+                return  # kube-scheduler preempts for it itself
+            outcome = await self._plan(ref, priority, refused)
+            if outcome.choice is None:
+                self._not_before[ref.uid] = time.monotonic() + RETRY
+                metrics.PREEMPTIONS.labels("own", "none").inc()
+                log.info("no preemption", extra={"verb": "preempt", "pod": ref.display, "decision": "none",
+                                                 "reason": outcome.why_not})
+                return
+            self._not_before[ref.uid] = time.monotonic() + COOLDOWN
+            await self._evict(ref, outcome.choice)
+        except Exception:  # a bug here must not take the serving down; the pod is retried later
+            log.exception("own preemption failed", extra={"verb": "preempt", "pod": ref.display})
+
+    async def _plan(self, ref: PodRef, priority: int, refused: list[str]) -> Outcome:
+        assert ref.demand is not None
+        ledgers = [ledger for ledger in map(self.cluster.ledger, refused) if ledger is not None]
+        ledgers.sort(key=lambda ledger: -sum(ledger.free()))
+        # From the ledger alone, every model pod a candidate: which nodes could work at all, and at what cost.
+        rough = []
+        for ledger in ledgers[:SHORTLIST]:
+            everyone = [Candidate(uid, h.pod) for uid, h in ledger.holdings.items() if not h.assumed]
+            outcome = choose(self.cluster, ref.demand, ledger, everyone, {})
+            if outcome.choice is not None:
+                rough.append(outcome.choice)
+            await asyncio.sleep(0)  # let requests in between nodes
+        rough.sort(key=lambda c: len(c.victims))
+        deadline = time.monotonic() + API_SECONDS
+        pdbs = await self._pdbs(deadline)
+        allowed = {p.key: p.allowed for p in pdbs}
+        outcomes = []
+        blocked: set[str] = set()
+        for choice in rough[:READ]:
+            ledger = self.cluster.ledger(choice.node)
+            if ledger is None:
+                continue
+            pods = []
+            for uid in [u for u, h in ledger.holdings.items() if not h.assumed]:
+                deadline = time.monotonic() + API_SECONDS
+                obj = await self._victim_pod(uid, {}, deadline)
+                meta = obj.get("metadata") or {}
+                if meta.get("deletionTimestamp"):
+                    return Outcome(None)  # a pod is leaving already: the next cycle may fit without evicting
+                found = candidate(obj, pdbs)
+                if found.priority < priority:
+                    pods.append(found)
+            outcome = choose(self.cluster, ref.demand, ledger, pods, allowed)
+            blocked.update(outcome.blocked_by)
+            outcomes.append(outcome)
+        best = best_node(outcomes)
+        return Outcome(best, () if best else tuple(sorted(blocked)))
+
+    async def _evict(self, ref: PodRef, choice: Choice) -> None:
+        from server.kubeapi import EvictionError, evict_pod
+
+        for victim in choice.victims:
+            namespace, name = victim.pod.split("/", 1)
+            try:
+                await api_call(evict_pod, time.monotonic() + API_SECONDS, self.runtime.api_client, namespace, name,
+                               victim.uid)
+            except (EvictionError, OutOfTime, OSError) as exc:
+                metrics.PREEMPTIONS.labels("own", "refused").inc()
+                log.warning("eviction refused", extra={
+                    "verb": "preempt", "pod": ref.display, "node": choice.node, "decision": "refused",
+                    "reason": f"{victim.pod}: {exc or 'no answer in time'}"})
+                return
+        metrics.PREEMPTIONS.labels("own", "evicted").inc()
+        log.info("preempted", extra={"verb": "preempt", "pod": ref.display, "node": choice.node,
+                                     "decision": "evicted", "reason": choice.describe(), "count": len(choice.victims)})
