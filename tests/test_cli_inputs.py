@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from certs import make_ca, write_bundle
-from tests.support.process import ROOT, command
+from tests.support.process import ROOT, ServerProcess, command
 
 DEMO = ROOT / "placement/demo/cluster.yaml"
 TP1 = ROOT / "examples/kserve-tp1-pod.yaml"
@@ -333,3 +333,28 @@ def test_render_objects_it_does_not_judge_are_bad_input(tmp_path: Path) -> None:
     assert out.returncode == 2, out.stderr
     [entry] = json.loads(out.stdout)
     assert "spec.replicas" in entry["error"] and "'lots'" in entry["error"]
+
+
+def test_serve_says_when_it_judges_against_the_demo_fleet() -> None:
+    server = ServerProcess(["serve", "--insecure-http", "--host", "127.0.0.1", "--port", "0"])
+    assert server.stop() == 0
+    [line] = [e for e in server.lines if str(e.get("msg", "")).startswith("using the bundled demo fleet")]
+    assert line["level"] == "warning"
+
+
+def test_report_reads_as_a_table() -> None:
+    out = run("report")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(map(len, lines)) <= 120
+    assert lines[0].split()[:5] == ["NUMA", "CPUS", "RESERVED", "CORES", "FREE"]
+    assert any(line.startswith("CORES: physical cores") for line in lines)  # the legend
+    text = " ".join(out.stdout.split())
+    assert "cpu-nosmt: 2 NUMA nodes × 32 cores × 1 thread " in text  # plurals
+    assert " 1 threads" not in text and " 1 model cores" not in text and " 1 cores" not in text
+
+
+def test_yaml_output_keeps_unicode() -> None:
+    out = run("render", str(ROOT / "examples/tp4-too-big.yaml"), "-o", "yaml")
+    assert out.returncode == 3
+    assert "×" in out.stdout and "\\xD7" not in out.stdout

@@ -1,0 +1,126 @@
+"""`render` is the server's dry run: 50 pods, valid and invalid, rendered by the console script and sent to a
+running `serve` as the apiserver sends them (/mutate, its patch applied by the reference RFC 6902 library,
+/validate of the patched pod, then kube-scheduler's /filter and /prioritize over the nodes render says
+kube-scheduler would offer). Verdicts, patches, messages, warnings and node verdicts must be identical."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import http.client
+import json
+import random
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import yaml
+
+from tests.support.process import ROOT, ServerProcess, command
+
+DEMO = ROOT / "placement/demo/cluster.yaml"
+TP1 = ROOT / "examples/kserve-tp1-pod.yaml"
+
+
+def pods(count: int = 50, seed: int = 15) -> list[dict[str, Any]]:
+    """Model pods with every kind of input the webhook judges, right and wrong, and a few non-model pods."""
+    rng = random.Random(seed)
+    base = yaml.safe_load(TP1.read_text())
+    out = []
+    for i in range(count):
+        pod = copy.deepcopy(base)
+        meta, container = pod["metadata"], pod["spec"]["containers"][0]
+        meta.pop("generateName")
+        meta["name"] = f"parity-{i:02d}"
+        ann = meta.setdefault("annotations", {})
+        ann["model-manager.io/tensor-parallel-size"] = rng.choice(["1", "1", "2", "2", "4", "8", "3", "zero"])
+        cpu = rng.choice(["8", "16", "24", "32", "64", "500m", "abc", None])
+        resources: dict[str, Any] = {"requests": {"memory": "64Gi"}, "limits": {"memory": "64Gi"}}
+        if cpu is not None:
+            resources["requests"]["cpu"] = resources["limits"]["cpu"] = cpu
+        if rng.random() < 0.15:
+            resources = {"requests": {"cpu": cpu or "8"}}  # no memory: kubelet-static refuses it
+        container["resources"] = resources
+        policy = rng.choice([None, None, "kubelet-static", "best-effort", "nri-balloons", "fastest"])
+        if policy:
+            ann["model-manager.io/cpu-policy"] = policy
+        if rng.random() < 0.2:
+            ann["model-manager.io/require-amx"] = rng.choice(["false", "true", "maybe"])
+        if rng.random() < 0.1:
+            ann["model-manager.io/nri-balloon"] = rng.choice(["vllm-balloon-tp1", "no-such-balloon"])
+        if rng.random() < 0.1:
+            ann["model-manager.io/preflight"] = rng.choice(["warn", "skip"])
+        if rng.random() < 0.08:
+            meta["namespace"] = "kube-system"
+        if rng.random() < 0.1:
+            meta["labels"] = {"app": "not-a-model"}
+        out.append(pod)
+    return out
+
+
+def review(obj: dict[str, Any], uid: str) -> dict[str, Any]:
+    """What kube-apiserver sends for `kubectl create` of a pod (admission.k8s.io/v1)."""
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"], "operation": "CREATE",
+        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
+        "object": obj, "oldObject": None, "dryRun": False,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
+
+
+def post(conn: http.client.HTTPConnection, path: str, body: Any) -> Any:
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    assert resp.status == 200, data
+    return json.loads(data)
+
+
+def test_render_and_the_server_agree_on_50_pods(tmp_path: Path) -> None:
+    sent = pods()
+    manifest = tmp_path / "pods.yaml"
+    manifest.write_text(yaml.safe_dump_all(sent, sort_keys=False))  # kubectl keeps the order it read
+    out = subprocess.run([*command(), "render", str(manifest), "--cluster", str(DEMO), "-o", "json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 3) and "Traceback" not in out.stderr, out.stderr
+    rendered = json.loads(out.stdout)
+    assert len(rendered) == len(sent)
+
+    server = ServerProcess(["serve", "--insecure-http", "--host", "127.0.0.1", "--port", "0", "--cluster", str(DEMO)])
+    verdicts = set()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        for i, (pod, entry) in enumerate(zip(sent, rendered)):
+            mutated = post(conn, "/mutate", review(pod, f"m-{i}"))["response"]
+            ops = json.loads(base64.b64decode(mutated["patch"])) if "patch" in mutated else []
+            assert entry["patch"] == ops, pod["metadata"]
+            assert entry["mutation"]["warnings"] == mutated.get("warnings", [])
+            patched = jsonpatch.apply_patch(pod, ops)
+            assert entry["mutated"] == patched
+            validated = post(conn, "/validate", review(patched, f"v-{i}"))["response"]
+            verdict = entry["verdict"]
+            assert verdict["allowed"] == validated["allowed"], (pod["metadata"], verdict, validated)
+            assert verdict["message"] == validated.get("status", {}).get("message", "")
+            assert verdict["warnings"] == validated.get("warnings", [])
+            verdicts.add((verdict["allowed"], verdict["reason"]))
+            assert out.returncode == 3 or verdict["allowed"]
+            if "ranking" not in entry:
+                continue
+            offered = sorted(r["node"] for r in entry["ranking"]) + [f["node"] for f in entry["filtered"]]
+            args = {"Pod": patched, "Nodes": None, "NodeNames": offered}
+            filtered = post(conn, "/filter", args)
+            assert sorted(filtered["NodeNames"]) == sorted(r["node"] for r in entry["ranking"])
+            assert filtered["FailedNodes"] | filtered["FailedAndUnresolvableNodes"] == \
+                {f["node"]: f["reason"] for f in entry["filtered"]}
+            scores = {h["Host"]: h["Score"] for h in post(conn, "/prioritize", {**args, "NodeNames": filtered["NodeNames"]})}
+            assert scores == {r["node"]: r["score"] for r in entry["ranking"]}
+    finally:
+        assert server.stop() == 0
+    # The 50 pods reach every kind of answer: admitted, refused by several checks, left alone.
+    assert {allowed for allowed, _ in verdicts} == {True, False}
+    assert len({reason for allowed, reason in verdicts if not allowed}) >= 4, verdicts
+    assert any(reason.startswith("not-model") or reason == "protected-namespace" for _, reason in verdicts), verdicts
