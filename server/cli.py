@@ -230,6 +230,9 @@ def parser() -> argparse.ArgumentParser:
               help="on SIGTERM, how long readiness is false before the listener closes")
         _flag(s, "--extender-body-limit", type=_positive(int), default=None, metavar="BYTES", shown="256 MiB",
               help="largest /filter or /prioritize request body")
+        _flag(s, "--scheduler-config", metavar="FILE", default=None, shown="kube-scheduler's 5 s",
+              help="the KubeSchedulerConfiguration that calls this extender: /bind and /preempt answer within "
+              "its httpTimeout")
 
     c = sub.add_parser("certs", help="a CA (or an existing one) + serving certificate + caBundle")
     _global_flags(c, suppress=True, cluster=False)
