@@ -1,0 +1,275 @@
+"""The real NRI balloons plugin as a test peer: what it really gives a container on a node of a given shape.
+
+`tests/peers/balloons` (built once per machine by `tests.peers.build.build("balloons")`) runs the balloons
+policy of containers/nri-plugins v0.14.0 (its resmgr and agent, as the plugin's own main wires them) on a
+synthetic sysfs tree (`tests/oracle/sysfs.py`) with a BalloonsPolicy read from a file, and plays the
+container runtime to it through containerd/nri's runtime-side adaptation over a socket in a temporary
+directory. The policy is first defaulted as the apiserver would from the real CRD of that release (read from
+the Go module cache), so a field the policy leaves out means what it means in a cluster.
+
+Line protocol (one JSON object a line each way, answers in request order):
+
+start-up  ``balloons -host-root DIR -config-file POLICY.yaml`` prints ``{"ready": true, "error": null}``, or
+          ``{"ready": false, "error": "<the plugin's own refusal>"}`` and exits when the plugin rejects the
+          policy.
+create    ``{"op": "create", "pod": {"name", "namespace", "qos": "Guaranteed|Burstable|BestEffort",
+          "annotations", "labels"}, "container": {"name", "cpu_request_m", "cpu_limit_m", "memory_limit",
+          "annotations"}}``: RunPodSandbox the first time the pod (namespace/name) is seen, then
+          CreateContainer with the Linux resources the kubelet would pass (CPU shares from the request, CFS
+          quota from the limit, memory limit) and StartContainer.
+          → ``{"cpuset": "1-8", "mems": "0", "updates": {"ns/pod/ctr": {"cpuset", "mems"}}, "error": null}``;
+          ``cpuset`` is what the plugin pinned the container to ("" if it set nothing), ``updates`` the other
+          containers it re-pinned on the way. A container the plugin refuses fails: ``{"error": "..."}``.
+remove    ``{"op": "remove", "pod": {...}, "container": {"name"}}``: StopContainer + RemoveContainer
+          → ``{"updates": {...}, "error": null}``.
+remove_pod ``{"op": "remove_pod", "pod": {...}}``: every container, then StopPodSandbox + RemovePodSandbox.
+containers ``{"op": "containers"}`` → ``{"containers": {"ns/pod/ctr": {"cpuset", "mems"}}}``: where the
+          runtime has every running container now.
+balloons  ``{"op": "balloons"}`` → ``{"balloons": [{"name": "type[i]", "type", "instance", "cpuset",
+          "shared_cpuset", "component_cpusets", "containers": ["ns/pod/ctr"]}], "zones": [...]}``: the
+          NodeResourceTopology zones the plugin exports (containers listed with showContainersInNrt, which
+          `BalloonsPeer` turns on unless the policy says otherwise).
+Errors of the protocol itself (unknown op, unknown pod) come back as ``{"error": "..."}`` too.
+
+Python API::
+
+    with BalloonsPeer(NodeShape(packages=2, cores_per_numa=16), {"reservedResources": {"cpu": "cpuset:0,32"},
+                      "balloonTypes": [{"name": "vllm-balloon-tp1", "hideHyperthreads": True}]}) as node:
+        got = node.create(Pod("m1", "models", annotations={BALLOON_KEY + "/container.vllm": "vllm-balloon-tp1"}),
+                          Container("vllm", cpu="16"))
+        got.cpus        # {1, ..., 8}: the threads the container may run on
+        node.balloons() # [Balloon(name="vllm-balloon-tp1[0]", cpus={1..8, 33..40}, ...), ...]
+
+`BalloonsPeer(...)` raises `PolicyRefused` with the plugin's message for a policy it rejects; a crashed or
+silent peer raises `PeerError`. Leaving the `with` block always kills the process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.oracle.sysfs import NodeShape, parse_cpulist, write_sysfs
+from tests.peers.build import PEERS, _go, build
+
+BALLOON_KEY = "balloon.balloons.resource-policy.nri.io"
+NRI_PLUGINS = "github.com/containers/nri-plugins"
+CRD = "config/crd/bases/config.nri_balloonspolicies.yaml"
+
+
+class PeerError(RuntimeError):
+    """The peer crashed, hung or answered outside the protocol."""
+
+
+class PolicyRefused(PeerError):
+    """The plugin rejected the BalloonsPolicy at start-up; the message is its own."""
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    namespace: str
+    qos: str = "Guaranteed"
+    annotations: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        return {"name": self.name, "namespace": self.namespace, "qos": self.qos,
+                "annotations": self.annotations, "labels": self.labels}
+
+
+def millicpus(quantity: str | int | float | None) -> int:
+    """A Kubernetes CPU quantity ("16", "500m", 2.5) in milli-CPUs."""
+    if quantity is None:
+        return 0
+    text = str(quantity)
+    if text.endswith("m"):
+        return int(text[:-1])
+    return round(float(text) * 1000)
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    cpu: str | int | float | None = None  # requests.cpu
+    cpu_limit: str | int | float | None = None
+    memory_limit: int = 0  # bytes
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        return {"name": self.name, "cpu_request_m": millicpus(self.cpu), "cpu_limit_m": millicpus(self.cpu_limit),
+                "memory_limit": self.memory_limit, "annotations": self.annotations}
+
+
+@dataclass(frozen=True)
+class Placement:
+    cpus: frozenset[int]
+    mems: frozenset[int]
+
+    @classmethod
+    def wire(cls, raw: dict[str, str]) -> Placement:
+        return cls(frozenset(parse_cpulist(raw.get("cpuset", ""))), frozenset(parse_cpulist(raw.get("mems", ""))))
+
+
+@dataclass(frozen=True)
+class Created:
+    """The answer to a create: where the container runs, or why the runtime failed it."""
+    error: str | None
+    cpus: frozenset[int] = frozenset()
+    mems: frozenset[int] = frozenset()
+    updates: dict[str, Placement] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Balloon:
+    name: str
+    type: str
+    instance: int
+    cpus: frozenset[int]
+    shared_cpus: frozenset[int]
+    containers: tuple[str, ...]
+
+
+@lru_cache(maxsize=1)
+def crd_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of the BalloonsPolicy CRD shipped in the pinned nri-plugins module."""
+    done = subprocess.run([_go(), "list", "-m", "-f", "{{.Dir}}", NRI_PLUGINS], cwd=PEERS / "balloons",
+                          capture_output=True, text=True, check=True)
+    crd = yaml.safe_load((Path(done.stdout.strip()) / CRD).read_text())
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def with_defaults(value: Any, schema: dict[str, Any]) -> Any:
+    """value with the schema's defaults filled in where a field is absent, as the apiserver stores it."""
+    if isinstance(value, dict):
+        out = dict(value)
+        for name, sub in schema.get("properties", {}).items():
+            if name not in out and "default" in sub:
+                out[name] = copy.deepcopy(sub["default"])
+            if name in out:
+                out[name] = with_defaults(out[name], sub)
+        return out
+    if isinstance(value, list) and "items" in schema:
+        return [with_defaults(item, schema["items"]) for item in value]
+    return value
+
+
+def policy_object(policy: dict[str, Any]) -> dict[str, Any]:
+    """A BalloonsPolicy object (or just its spec) as the plugin would read it from the apiserver."""
+    obj = copy.deepcopy(policy) if "spec" in policy else {"spec": copy.deepcopy(policy)}
+    obj.setdefault("apiVersion", "config.nri/v1alpha1")
+    obj.setdefault("kind", "BalloonsPolicy")
+    obj.setdefault("metadata", {"name": "default", "namespace": "kube-system"})
+    obj["spec"].setdefault("showContainersInNrt", True)
+    return with_defaults(obj, crd_schema())
+
+
+class BalloonsPeer:
+    def __init__(self, shape: NodeShape, policy: dict[str, Any], *, timeout: float = 120) -> None:
+        self.shape = shape
+        self.timeout = timeout
+        self._dir = tempfile.TemporaryDirectory(prefix="balloons-node-")
+        root = write_sysfs(Path(self._dir.name) / "host", shape)
+        config = Path(self._dir.name) / "policy.yaml"
+        config.write_text(yaml.safe_dump(policy_object(policy)))
+        self._stderr = open(Path(self._dir.name) / "stderr", "w+b")
+        self.proc = subprocess.Popen([str(build("balloons")), "-host-root", str(root), "-config-file", str(config)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        try:
+            hello = self._read()
+        except PeerError:
+            self.close()
+            raise
+        if not hello.get("ready"):
+            self.close()
+            raise PolicyRefused(hello.get("error") or "the plugin refused the policy")
+
+    def __enter__(self) -> BalloonsPeer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+        self._stderr.close()
+        self._dir.cleanup()
+
+    def log_tail(self, lines: int = 20) -> str:
+        self._stderr.flush()
+        self._stderr.seek(0)
+        return b"\n".join(self._stderr.read().splitlines()[-lines:]).decode(errors="replace")
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line: list[bytes] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(self.timeout)
+        if reader.is_alive():
+            self.proc.kill()
+            raise PeerError(f"the balloons peer did not answer within {self.timeout} s; its log ends:\n{self.log_tail()}")
+        if not line or not line[0]:
+            self.proc.wait(10)
+            raise PeerError(f"the balloons peer exited ({self.proc.returncode}); its log ends:\n{self.log_tail()}")
+        return json.loads(line[0])
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        """One protocol round trip; raises PeerError for an error that is not the plugin's verdict."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": op, **fields}).encode() + b"\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def _checked(self, op: str, **fields: Any) -> dict[str, Any]:
+        answer = self.request(op, **fields)
+        if answer.get("error") is not None:
+            raise PeerError(f"{op}: {answer['error']}")
+        return answer
+
+    @staticmethod
+    def _placements(raw: dict[str, dict[str, str]] | None) -> dict[str, Placement]:
+        return {name: Placement.wire(p) for name, p in (raw or {}).items()}
+
+    def create(self, pod: Pod, container: Container) -> Created:
+        answer = self.request("create", pod=pod.wire(), container=container.wire())
+        if answer.get("error") is not None:
+            return Created(error=answer["error"])
+        placed = Placement.wire(answer)
+        return Created(None, placed.cpus, placed.mems, self._placements(answer.get("updates")))
+
+    def remove(self, pod: Pod, container: str) -> dict[str, Placement]:
+        return self._placements(self._checked("remove", pod=pod.wire(), container={"name": container}).get("updates"))
+
+    def remove_pod(self, pod: Pod) -> dict[str, Placement]:
+        return self._placements(self._checked("remove_pod", pod=pod.wire()).get("updates"))
+
+    def containers(self) -> dict[str, Placement]:
+        return self._placements(self._checked("containers").get("containers"))
+
+    def balloons(self) -> list[Balloon]:
+        return [Balloon(b["name"], b["type"], int(b["instance"]), frozenset(parse_cpulist(b["cpuset"])),
+                        frozenset(parse_cpulist(b["shared_cpuset"])), tuple(b["containers"]))
+                for b in self._checked("balloons").get("balloons") or []]
+
+    def zones(self) -> list[dict[str, Any]]:
+        """The NodeResourceTopology zones the plugin would export, as its Go structs serialise."""
+        return self._checked("balloons").get("zones") or []

@@ -1,0 +1,144 @@
+"""A synthetic Linux sysfs tree for a Xeon-like node shape, as the balloons plugin discovers it.
+
+Linux numbers a Xeon's CPUs primary threads first: package by package, NUMA node by NUMA node (sub-NUMA
+clusters split a package), core by core; then the second threads in the same order, so with N cores
+cpu i and cpu i+N are the two threads of one core. The plugin reads CPU topology (package, die, core,
+thread siblings), caches (L1/L2 per core, L3 per package), NUMA nodes (cpulist, distance, meminfo) and the
+online/possible/present sets, and /proc/interrupts; this writes exactly those files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    packages: int = 2
+    numa_per_package: int = 1
+    cores_per_numa: int = 16
+    threads_per_core: int = 2
+    memory_gib_per_numa: int = 64
+
+    def __post_init__(self) -> None:
+        if self.packages < 1 or self.numa_per_package < 1 or self.cores_per_numa < 1:
+            raise ValueError(f"a node shape needs at least one package, NUMA node and core: {self}")
+        if self.threads_per_core not in (1, 2):
+            raise ValueError(f"threads_per_core is 1 (SMT off) or 2 (SMT on), not {self.threads_per_core}")
+
+    @property
+    def numa_nodes(self) -> int:
+        return self.packages * self.numa_per_package
+
+    @property
+    def cores(self) -> int:
+        return self.numa_nodes * self.cores_per_numa
+
+    @property
+    def cpus(self) -> int:
+        return self.cores * self.threads_per_core
+
+    def core_of(self, cpu: int) -> int:
+        """The physical core (0..cores-1) a logical CPU belongs to."""
+        return cpu % self.cores
+
+    def numa_of(self, cpu: int) -> int:
+        return self.core_of(cpu) // self.cores_per_numa
+
+    def package_of(self, cpu: int) -> int:
+        return self.numa_of(cpu) // self.numa_per_package
+
+    def threads(self, core: int) -> list[int]:
+        return [core + t * self.cores for t in range(self.threads_per_core)]
+
+    def numa_cpus(self, numa: int) -> list[int]:
+        first = numa * self.cores_per_numa
+        return sorted(cpu for core in range(first, first + self.cores_per_numa) for cpu in self.threads(core))
+
+    def package_cpus(self, package: int) -> list[int]:
+        nodes = range(package * self.numa_per_package, (package + 1) * self.numa_per_package)
+        return sorted(cpu for node in nodes for cpu in self.numa_cpus(node))
+
+    def distance(self, a: int, b: int) -> int:
+        if a == b:
+            return 10
+        return 12 if a // self.numa_per_package == b // self.numa_per_package else 21
+
+
+def cpulist(cpus: list[int] | set[int]) -> str:
+    """Linux's list format: ranges of consecutive IDs, comma-separated ("0-3,8-11")."""
+    ordered = sorted(cpus)
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def parse_cpulist(text: str) -> set[int]:
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+
+
+def write_sysfs(root: Path, shape: NodeShape) -> Path:
+    """Lay out root/sys for shape and return root (the plugin's --host-root)."""
+    system = root / "sys" / "devices" / "system"
+    cpu_dir, node_dir = system / "cpu", system / "node"
+    everything = cpulist(range(shape.cpus))
+    for name in ("possible", "present", "online"):
+        _write(cpu_dir / name, everything)
+    _write(cpu_dir / "isolated", "")
+    _write(cpu_dir / "offline", "")
+    _write(cpu_dir / "kernel_max", "8191")
+    for cpu in range(shape.cpus):
+        core, numa, package = shape.core_of(cpu), shape.numa_of(cpu), shape.package_of(cpu)
+        here = cpu_dir / f"cpu{cpu}"
+        siblings = cpulist(shape.threads(core))
+        package_cpus = cpulist(shape.package_cpus(package))
+        topology = {
+            "physical_package_id": str(package), "die_id": "0", "cluster_id": str(core),
+            "core_id": str(core - package * shape.numa_per_package * shape.cores_per_numa),
+            "core_cpus_list": siblings, "thread_siblings_list": siblings,
+            "core_siblings_list": package_cpus, "package_cpus_list": package_cpus, "die_cpus_list": package_cpus,
+            "cluster_cpus_list": siblings,
+        }
+        for name, value in topology.items():
+            _write(here / "topology" / name, value)
+        _write(here / "online", "1")
+        caches = [(1, "Data", "48K", siblings, core), (1, "Instruction", "32K", siblings, core),
+                  (2, "Unified", "2048K", siblings, core), (3, "Unified", "107520K", package_cpus, package)]
+        for index, (level, kind, size, shared, ident) in enumerate(caches):
+            cache = here / "cache" / f"index{index}"
+            for name, value in {"level": str(level), "type": kind, "size": size, "shared_cpu_list": shared,
+                                "id": str(ident)}.items():
+                _write(cache / name, value)
+        link = here / f"node{numa}"
+        link.symlink_to(Path("..") / ".." / "node" / f"node{numa}")
+    nodes = cpulist(range(shape.numa_nodes))
+    for name in ("possible", "online", "has_cpu", "has_memory", "has_normal_memory"):
+        _write(node_dir / name, nodes)
+    kib = shape.memory_gib_per_numa * 1024 * 1024
+    for numa in range(shape.numa_nodes):
+        here = node_dir / f"node{numa}"
+        _write(here / "cpulist", cpulist(shape.numa_cpus(numa)))
+        _write(here / "distance", " ".join(str(shape.distance(numa, other)) for other in range(shape.numa_nodes)))
+        _write(here / "meminfo", f"Node {numa} MemTotal:       {kib} kB\nNode {numa} MemFree:        {kib * 9 // 10} kB\n"
+                                  f"Node {numa} MemUsed:        {kib - kib * 9 // 10} kB")
+    # The plugin reads the interrupts it may steer at start-up; a node without device interrupts has none.
+    _write(root / "proc" / "interrupts", " ".join(f"CPU{cpu}" for cpu in range(shape.cpus)))
+    return root
