@@ -203,7 +203,7 @@ class Judge:
 
     def _judge(self, key: ModelDemand, ledger: NodeLedger, shape: int, classes: dict[Any, Verdict]) -> Verdict:
         self.fits_asked += 1
-        fit = self.cluster.fit(key, ledger, NODE)
+        fit = self.cluster.fit(key, ledger)
         if fit.ok:
             return _FITS[max(MIN_SCORE, min(MAX_SCORE, fit.score))]
         if fit.resolvable:
@@ -223,6 +223,8 @@ class Judge:
         if key.policy == "nri-balloons":
             if key.balloon_type in seen[2]:
                 cls += (ledger.count_balloons(key.balloon_type),)
+            # balance-balloons picks the component type with the fewest instances.
+            cls += (ledger.instance_key,)
         elif key.policy not in fitmod.EXCLUSIVE_POLICIES:
             cls += (ledger.shared_milli,)
         verdict = classes.get(cls)

@@ -50,7 +50,9 @@ class PodRecord(NamedTuple):
     phase: str
     created: str
     model: ModelDemand | None  # None: not a model pod
-    shared_milli: int  # what it takes from the shared pool when it holds no exclusive cores
+    # CPU of the containers that hold no exclusive cores (a model pod's sidecars and init containers; all of
+    # any other pod); None when there are none
+    shared_milli: int | None
     assumed_at: float | None = None
 
     @property
@@ -68,6 +70,12 @@ def _slim_node(obj: Mapping[str, Any]) -> NodeInfo:
         capacity_cpu=None if capacity is None else str(capacity),
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
     )
+
+
+def _only_container(spec: Mapping[str, Any], name: str) -> bool:
+    containers = spec.get("containers") or ()
+    return not spec.get("initContainers") and len(containers) == 1 and isinstance(containers[0], Mapping) \
+        and containers[0].get("name") == name
 
 
 def _slim_nrt(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -196,12 +204,13 @@ class ClusterState:
         if not uid:
             return None
         spec = obj.get("spec") or {}
+        model = read_model_pod(obj, self.settings) if is_model_pod(meta.get("labels"), self.settings) else None
         # Positional: this runs for every pod listed or watched, and keywords cost a third more.
         return PodRecord(
             str(uid), str(meta.get("namespace", "")), str(meta.get("name", "")), spec.get("nodeName") or None,
             str((obj.get("status") or {}).get("phase") or "Pending"), str(meta.get("creationTimestamp") or ""),
-            read_model_pod(obj, self.settings) if is_model_pod(meta.get("labels"), self.settings) else None,
-            pod_shared_cpu_milli(spec),
+            model, None if model is not None and _only_container(spec, model.container)
+            else pod_shared_cpu_milli(spec, skip=model.container if model is not None else None),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------
@@ -229,18 +238,27 @@ class ClusterState:
                 ledger.release(rec.uid)
                 ledger.drop_shared(rec.uid)
 
+    @staticmethod
+    def _balloon_of(ledger: NodeLedger, namespace: str) -> str:
+        """The balloon type a pod's unannotated containers land in on this node ("" where NRI does not run)."""
+        policy = ledger.nri.policy
+        return policy.route(namespace).name if policy is not None and ledger.nri.running else ""
+
     def _account(self, ledger: NodeLedger, rec: PodRecord) -> None:
         demand = rec.model
+        balloon = self._balloon_of(ledger, rec.namespace)
         if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
-            ledger.set_shared(rec.uid, rec.model.cpu_milli if rec.model else rec.shared_milli)
+            ledger.set_shared(rec.uid, (rec.shared_milli or 0) + (demand.cpu_milli if demand else 0), balloon)
             return
+        if rec.shared_milli is not None:
+            ledger.set_shared(rec.uid, rec.shared_milli, balloon)
         result = self.fit(demand, ledger)
         if result.ok:
             ledger.hold(fitmod.holding_for(rec.uid, demand, result, rec.assumed_at))
             return
         if result.footprint is None or result.check in (fitmod.BALLOON_TYPE_MISSING, fitmod.NRI_NOT_RUNNING):
             # No balloon can exist for it there: it really runs in the shared pool.
-            ledger.set_shared(rec.uid, demand.cpu_milli)
+            ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon)
             return
         # It runs here although it does not fit: account what it takes, as the allocator would.
         fp = result.footprint
@@ -252,7 +270,8 @@ class ClusterState:
             want = ((order[0], fp.cores),) if order else ()
         log.warning("pod overcommits its node", extra={
             "pod": demand.pod, "node": ledger.name, "reason": result.reason})
-        ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, fp.balloon_type, want, rec.assumed_at))
+        ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, fp.balloon_type, want, rec.assumed_at,
+                                  types=(fp.balloon_type,) if fp.balloon_type else ()))
 
     # -- ledgers -----------------------------------------------------------------------------------
 
@@ -351,10 +370,9 @@ class ClusterState:
     def eligible(self, spec: Mapping[str, Any]) -> list[NodeLedger]:
         return list(self.iter_eligible(spec))
 
-    def fit(self, demand: ModelDemand, ledger: NodeLedger, name: str | None = None) -> fitmod.Fit:
-        """The scheduler's question: does it fit what is free now? (`name`: see `fitmod.fit`)"""
-        return fitmod.fit(demand, ledger, self.settings.mm_kubelet_threads_per_core, self.settings.scoring_strategy,
-                          name=name)
+    def fit(self, demand: ModelDemand, ledger: NodeLedger) -> fitmod.Fit:
+        """The scheduler's question: does it fit what is free now?"""
+        return fitmod.fit(demand, ledger, self.settings.mm_kubelet_threads_per_core, self.settings.scoring_strategy)
 
     def fit_admission(self, demand: ModelDemand, ledger: NodeLedger) -> fitmod.Fit:
         """Admission's question: as `fit`, with the model's own running pods counted as free."""
@@ -379,7 +397,7 @@ class ClusterState:
             return result
         self.generation += 1
         rec = PodRecord(uid, namespace, name, node, "Pending", old.created if old else "", demand,
-                        demand.cpu_milli, assumed_at=now)
+                        old.shared_milli if old else None, assumed_at=now)
         if old is not None:
             self._unindex(old)
         self._index(rec)

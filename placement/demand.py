@@ -28,7 +28,11 @@ OUT_TYPE = "cpu-policy.model-manager.io/type"
 OUT_REASON = "cpu-policy.model-manager.io/reason"
 OUT_TP = "cpu-policy.model-manager.io/tensor-parallel-size"
 OUT_CPUS = "cpu-policy.model-manager.io/cpus"
-BALLOON_PREFIX = "balloon.balloons.resource-policy.nri.io/container."
+OUT_REQUESTED = "cpu-policy.model-manager.io/requested-cpu"
+BALLOON_KEY = "balloon.balloons.resource-policy.nri.io"
+BALLOON_PREFIX = BALLOON_KEY + "/container."
+BALLOON_POD = BALLOON_KEY + "/pod"
+MAX_LABEL_NAME = 63  # the name part of an annotation key (after the "/")
 
 KSERVE_LABEL = "serving.kserve.io/inferenceservice"
 VALID_TP = (1, 2, 4, 8)
@@ -75,6 +79,23 @@ class ModelDemand:
     def cpus(self) -> int:
         """Whole CPUs of the model container (a fractional request rounds up)."""
         return math.ceil(self.cpu_milli / 1000)
+
+    @property
+    def numa_nodes(self) -> int:
+        """Each rank runs on a NUMA node of its own."""
+        return self.tp
+
+    @property
+    def ranks(self) -> str:
+        return f"TP={self.tp}"
+
+
+def balloon_annotation(container: str) -> str:
+    """The plugin's container-scoped key, or its pod-scoped one when the container's name makes the key's
+    name part longer than the apiserver allows (the plugin reads container > pod > unscoped)."""
+    if len("container.") + len(container) <= MAX_LABEL_NAME:
+        return BALLOON_PREFIX + container
+    return BALLOON_POD
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -226,7 +247,7 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
         preflight = settings.preflight
 
     balloon = (
-        annotations.get(BALLOON_PREFIX + name)
+        annotations.get(balloon_annotation(name))
         or annotations.get(ANN_BALLOON)
         or f"{settings.nri_balloon_prefix}{tp}"
     )
@@ -258,13 +279,14 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
     )
 
 
-def pod_shared_cpu_milli(spec: Mapping[str, Any]) -> int:
+def pod_shared_cpu_milli(spec: Mapping[str, Any], skip: str | None = None) -> int:
     """CPU a pod takes from the shared pool: kubelet's effective request, max(sum of app containers
-    plus restartable init containers, largest regular init container). Bad quantities count as 0."""
+    plus restartable init containers, largest regular init container), less container `skip` (a model
+    container with cores of its own). Bad quantities count as 0."""
     # Read for every pod listed or watched: plain loops, no intermediate lists.
     apps = 0
     for c in spec.get("containers") or ():
-        if isinstance(c, _MAPPING):
+        if isinstance(c, _MAPPING) and (skip is None or c.get("name") != skip):
             apps += container_cpu_milli(c)[0]
     sidecars = 0
     init_peak = 0

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from placement.demand import ModelDemand, ModelIdentity, round_up
+from placement.demand import ModelDemand, round_up
 from placement.ledger import Holding, NodeLedger
-from placement.topology import BalloonType
+from placement import nri
+from placement.topology import BalloonsPolicy, BalloonType
 
 EXCLUSIVE_POLICIES = ("nri-balloons", "kubelet-static")
 
@@ -21,11 +22,13 @@ EXCLUSIVE_POLICIES = ("nri-balloons", "kubelet-static")
 FITS = "fits"
 TP_EXCEEDS_NUMA = "tp-exceeds-numa"
 FOOTPRINT_EXCEEDS_NODE = "footprint-exceeds-node"
-BALLOON_TYPE_MISSING = "balloon-type-missing"
-BALLOON_TYPE_CAPPED = "balloon-type-max-cpus"
+BALLOON_TYPE_MISSING = nri.BALLOON_TYPE_MISSING
+BALLOON_TYPE_CAPPED = nri.BALLOON_TYPE_CAPPED
+BALLOON_NOT_NUMA_LOCAL = nri.NOT_NUMA_LOCAL
+RANKS_SHARE_NUMA = "ranks-share-numa"
 NRI_NOT_RUNNING = "nri-not-running"
 MAX_BALLOONS = "max-balloons-reached"
-INSUFFICIENT_FREE = "insufficient-free"
+INSUFFICIENT_FREE = nri.INSUFFICIENT_FREE
 NO_CPU = "no-cpu-request"
 
 
@@ -34,17 +37,19 @@ class Footprint:
     """What a demand costs on a given node."""
 
     policy: str
-    numa_nodes: int  # distinct NUMA nodes it must span (nri-balloons: exactly TP)
-    cores_per_numa: int  # nri-balloons: on each of them; kubelet-static: 0 (spread as needed)
+    numa_nodes: int  # distinct NUMA nodes it spans (nri-balloons: one per rank)
+    cores_per_numa: int  # nri-balloons: the most on any of them; kubelet-static: 0 (spread as needed)
     cores: int  # physical cores in total
-    cpus: int  # logical CPUs those cores are
+    cpus: int  # logical CPUs the node agent holds for it
     balloon_type: str | None
     exclusive: bool
 
     def describe(self) -> str:
         if self.policy == "nri-balloons":
-            return (f"balloon {self.balloon_type}: {self.numa_nodes} NUMA node{'s' if self.numa_nodes > 1 else ''}"
-                    f" × {self.cores_per_numa} cores ({self.cpus} CPUs)")
+            numa = f"{self.numa_nodes} NUMA node{'s' if self.numa_nodes > 1 else ''}"
+            per = f"{self.cores_per_numa} core{'s' if self.cores_per_numa != 1 else ''}"
+            return f"balloon {self.balloon_type}: {per} on each of {numa} ({self.cpus} CPUs)" if self.numa_nodes > 1 \
+                else f"balloon {self.balloon_type}: {per} on {numa} ({self.cpus} CPUs)"
         if self.policy == "kubelet-static":
             return f"kubelet-static: {self.cores} whole cores ({self.cpus} CPUs)"
         return f"best-effort: {self.cpus} CPUs from the shared pool"
@@ -56,11 +61,12 @@ class Fit(NamedTuple):
     node: str
     ok: bool
     check: str
-    reason: str  # empty when it fits
+    reason: str  # empty when it fits; names neither node nor pod, so the scheduler's summary can count it
     resolvable: bool  # could evicting pods make it fit?
     per_numa: tuple[tuple[int, int], ...] = ()
     score: int = 0
     footprint: Footprint | None = None
+    types: tuple[str, ...] = ()  # nri-balloons: the balloon types it instantiates
 
 
 def fmt_free(ledger: NodeLedger, free: tuple[int, ...]) -> str:
@@ -68,41 +74,54 @@ def fmt_free(ledger: NodeLedger, free: tuple[int, ...]) -> str:
         + " free cores"
 
 
+def _balloon_type(demand: ModelDemand, ledger: NodeLedger) -> BalloonType | None:
+    policy = ledger.nri.policy
+    return policy.balloon_type(demand.balloon_type) if policy is not None else None
+
+
+def _plan_footprint(demand: ModelDemand, plan: nri.Plan) -> Footprint:
+    cores = sum(c for _, c in plan.per_numa)
+    per = max((c for _, c in plan.per_numa), default=0)
+    return Footprint("nri-balloons", len(plan.per_numa), per, cores, plan.cpus, demand.balloon_type, True)
+
+
 @lru_cache(maxsize=4096)
-def _footprint(policy: str, cpus: int, tp: int, balloon_type: str, node_tpc: int, hide: bool,
-               kubelet_tpc: int) -> Footprint:
-    # Memoised: a filter call asks this for one demand of hundreds of nodes of a few shapes.
-    if policy == "nri-balloons":
-        cores = cpus if hide else math.ceil(cpus / node_tpc)
-        per = math.ceil(cores / tp) if tp > 0 else cores
-        return Footprint(policy, tp, per, per * tp, per * tp * node_tpc, balloon_type, True)
+def _footprint(policy: str, cpus: int, node_tpc: int, kubelet_tpc: int) -> Footprint:
     if policy == "kubelet-static":
         cores = math.ceil(round_up(cpus, kubelet_tpc) / node_tpc)
         return Footprint(policy, 1, 0, cores, cores * node_tpc, None, True)
     return Footprint(policy, 1, 0, 0, cpus, None, False)
 
 
-def _balloon_type(demand: ModelDemand, ledger: NodeLedger) -> BalloonType | None:
-    policy = ledger.nri.policy
-    return policy.balloon_type(demand.balloon_type) if policy is not None else None
+def footprint(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int) -> Footprint | None:
+    """The demand's cost on this node, empty; None where no balloon of its type can be made there.
+    `threads_per_core` is the cluster's SMT width for kubelet-static rounding; the node's own width decides how
+    many threads a core is."""
+    if demand.policy != "nri-balloons":
+        return _footprint(demand.policy, demand.cpus, ledger.threads_per_core, threads_per_core)
+    btype = _balloon_type(demand, ledger)
+    if btype is None:
+        return None
+    plan = nri.plan_empty(ledger.nri.policy, btype, demand.cpu_milli, ledger.capacity, ledger.threads_per_core)  # type: ignore[arg-type]
+    return _plan_footprint(demand, plan) if isinstance(plan, nri.Plan) else None
 
 
-def footprint(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int,
-              btype: BalloonType | None = None) -> Footprint:
-    """The demand's cost on this node. `threads_per_core` is the cluster's SMT width for kubelet-static
-    rounding; the node's own width decides how many threads a core is."""
-    if btype is None and demand.policy == "nri-balloons":
-        btype = _balloon_type(demand, ledger)
-    # Our own vllm types hide hyperthreads; an unknown type is refused before this matters.
-    hide = btype.hide_hyperthreads if btype is not None else True
-    return _footprint(demand.policy, demand.cpus, demand.tp, demand.balloon_type, ledger.threads_per_core, hide,
-                      threads_per_core)
+def nominal_footprint(demand: ModelDemand, threads_per_core: int) -> Footprint:
+    """What the demand asks for on a node of the cluster's usual SMT width, whatever any node holds: its ranks'
+    whole cores, one NUMA node each. For messages about a demand no node can take."""
+    if demand.policy != "nri-balloons":
+        return _footprint(demand.policy, demand.cpus, threads_per_core, threads_per_core)
+    span = demand.numa_nodes
+    per = math.ceil(math.ceil(demand.cpus / span) / threads_per_core)
+    return Footprint("nri-balloons", span, per, per * span, demand.cpus, demand.balloon_type, True)
 
 
-def nominal_footprint(demand: ModelDemand, threads_per_core: int, hide_hyperthreads: bool) -> Footprint:
-    """The footprint on a node of the cluster's usual SMT width: what the webhook annotates."""
-    return _footprint(demand.policy, demand.cpus, demand.tp, demand.balloon_type, threads_per_core,
-                      hide_hyperthreads, threads_per_core)
+def nominal_cpus(demand: ModelDemand, threads_per_core: int) -> int:
+    """The logical CPUs the node agent holds for the model container, on a node of the cluster's usual SMT
+    width: what the webhook annotates. A balloon holds ceil(request); kubelet-static whole cores."""
+    if demand.policy == "kubelet-static":
+        return round_up(demand.cpus, threads_per_core)
+    return demand.cpus
 
 
 def _refuse(node: str, check: str, reason: str, resolvable: bool, fp: Footprint | None = None) -> Fit:
@@ -110,54 +129,46 @@ def _refuse(node: str, check: str, reason: str, resolvable: bool, fp: Footprint 
 
 
 def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy: str,
-        own_free: bool = False, name: str | None = None) -> Fit:
+        own_free: bool = False) -> Fit:
     """Does the demand fit this node now? With `own_free` (admission), capacity held by the same
     model's pods counts as free, so re-deploying or rolling a model is never refused because of its
-    own old pods; the scheduler side counts what is held now. `name` is how the reason names the node
-    (default: its own name); the answer does not depend on it.
+    own old pods; the scheduler side counts what is held now.
 
     A refusal no eviction can change (`resolvable=False`) is decided before what the node holds is
-    read: by the demand and the node's shape alone. The extender shares such refusals between nodes
-    of one shape."""
-    node = ledger.name if name is None else name
+    read: by the demand and the node's shape and policy alone. The extender shares such refusals between
+    nodes of one shape. No reason names the node or the pod."""
+    node = ledger.name
     numa_count = len(ledger.capacity)
-    if demand.tp > numa_count:
+    span = demand.numa_nodes
+    if span > numa_count:
         return _refuse(node, TP_EXCEEDS_NUMA,
-                       f"{demand.pod}: TP={demand.tp} needs {demand.tp} NUMA nodes; node {node} has {numa_count}",
-                       False)
+                       f"{demand.ranks} needs {span} NUMA nodes, one per rank; this node has {numa_count}", False)
     policy = demand.policy
-    btype = None
     if policy == "nri-balloons":
-        btype = _balloon_type(demand, ledger)
-        if btype is None or not ledger.nri.running:
-            return _nri_refusal(demand, ledger, node)
-    fp = footprint(demand, ledger, threads_per_core, btype)
+        return _fit_balloon(demand, ledger, node, strategy, own_free)
+    fp = _footprint(policy, demand.cpus, ledger.threads_per_core, threads_per_core)
     if fp.exclusive and fp.cores == 0:
-        return _refuse(node, NO_CPU, f"{demand.pod}: the model container requests no CPU", False, fp)
-    own = demand.identity if own_free else None
-    free = ledger.free(exclude=own)
-    if policy == "nri-balloons":
-        return _fit_balloon(demand, ledger, node, fp, free, strategy, own, btype)  # type: ignore[arg-type]
+        return _refuse(node, NO_CPU, "the model container requests no CPU", False, fp)
+    free = ledger.free(exclude=demand.identity if own_free else None)
     if policy == "kubelet-static":
-        return _fit_static(demand, ledger, node, fp, free, strategy)
-    return _fit_shared(demand, ledger, node, fp, free, strategy)
+        return _fit_static(ledger, node, fp, free, strategy)
+    return _fit_shared(ledger, node, fp, free, strategy)
 
 
 def _nri_refusal(demand: ModelDemand, ledger: NodeLedger, node: str) -> Fit:
     policy = ledger.nri.policy
     if policy is None:
         return _refuse(node, BALLOON_TYPE_MISSING,
-                       f"{demand.pod}: no BalloonsPolicy applies to node {node}, so balloon {demand.balloon_type} "
-                       "cannot be created there", False)
+                       f"no BalloonsPolicy applies to this node, so balloon type {demand.balloon_type} cannot be "
+                       "created here", False)
     where = f"BalloonsPolicy {policy.namespace}/{policy.name}"
     if not ledger.nri.running:
         return _refuse(node, NRI_NOT_RUNNING,
-                       f"{demand.pod}: the NRI balloons plugin reports {ledger.nri.status} for node {node} in "
-                       f"{where}, so it is not pinning CPUs there", False)
+                       f"the NRI balloons plugin reports {ledger.nri.status} for {where} on this node, so it is "
+                       "not pinning CPUs here", False)
     known = ", ".join(t.name for t in policy.balloon_types) or "none"
     return _refuse(node, BALLOON_TYPE_MISSING,
-                   f"{demand.pod}: balloon type {demand.balloon_type} is not defined in {where} "
-                   f"that applies to node {node} (types there: {known})", False)
+                   f"balloon type {demand.balloon_type} is not defined in {where} (types there: {known})", False)
 
 
 def _score(ledger: NodeLedger, free_after: list[int], strategy: str) -> int:
@@ -182,47 +193,54 @@ def _most_free(free: tuple[int, ...], count: int) -> list[int]:
     return sorted(range(len(free)), key=lambda i: (-free[i], i))[:count]
 
 
-def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...],
-                 strategy: str, own: ModelIdentity | None, btype: BalloonType) -> Fit:
-    per = fp.cores_per_numa
-    if btype.max_cpus != 0 and fp.cpus > btype.max_cpus:
-        cap = "forbids this type on the node" if btype.max_cpus < 0 else f"caps it at maxCPUs={btype.max_cpus}"
-        return _refuse(node, BALLOON_TYPE_CAPPED,
-                       f"{demand.pod} needs {fp.describe()}; balloon type {btype.name} on node {node} {cap}",
-                       False, fp)
-    if ledger.capacity_desc[fp.numa_nodes - 1] < per:
-        return _refuse(node, FOOTPRINT_EXCEEDS_NODE,
-                       f"{demand.pod} needs {fp.describe()}; node {node} has at most {ledger.capacity_desc[0]} "
-                       f"model cores per NUMA node even when empty ({len(ledger.reserved)} CPUs reserved)",
-                       False, fp)
+def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: str, own_free: bool) -> Fit:
+    btype = _balloon_type(demand, ledger)
+    if btype is None or not ledger.nri.running:
+        return _nri_refusal(demand, ledger, node)
+    policy: BalloonsPolicy = ledger.nri.policy  # type: ignore[assignment]
+    if demand.cpu_milli == 0:
+        return _refuse(node, NO_CPU, "the model container requests no CPU", False)
+    tpc = ledger.threads_per_core
+    empty = nri.plan_empty(policy, btype, demand.cpu_milli, ledger.capacity, tpc)
+    if isinstance(empty, nri.Refusal):
+        if empty.check == INSUFFICIENT_FREE:
+            return _refuse(node, FOOTPRINT_EXCEEDS_NODE,
+                           f"{empty.reason}, more than this node has even when empty "
+                           f"(at most {ledger.capacity_desc[0]} model cores on a NUMA node)", False)
+        return _refuse(node, empty.check, empty.reason, False)
+    fp = _plan_footprint(demand, empty)
+    if fp.numa_nodes != demand.numa_nodes:
+        return _refuse(node, RANKS_SHARE_NUMA,
+                       f"balloon type {btype.name} puts the model on {fp.numa_nodes} NUMA "
+                       f"node{'s' if fp.numa_nodes != 1 else ''} but its {demand.ranks} needs "
+                       f"{demand.numa_nodes}, one per rank", False, fp)
+    own = demand.identity if own_free else None
     if btype.max_balloons > 0 and ledger.count_balloons(btype.name, exclude=own) >= btype.max_balloons:
         return _refuse(node, MAX_BALLOONS,
-                       f"{demand.pod}: node {node} already runs maxBalloons={btype.max_balloons} "
-                       f"{btype.name} balloons", True, fp)
-    order = _most_free(free, fp.numa_nodes)
-    if free[order[-1]] < per:
-        enough = sum(1 for f in free if f >= per)
-        return _refuse(node, INSUFFICIENT_FREE,
-                       f"{demand.pod} needs {fp.describe()}; node {node} has {fmt_free(ledger, free)} "
-                       f"({enough} NUMA node{'s' if enough != 1 else ''} with ≥{per} free, {fp.numa_nodes} needed)",
-                       True, fp)
+                       f"maxBalloons={btype.max_balloons} {btype.name} balloons already run here; the plugin would "
+                       "put this model into one of them, sharing its cores", True, fp)
+    free = ledger.free(exclude=own)
+    placed = nri.plan(policy, btype, demand.cpu_milli, free, tpc, ledger.instances)
+    if isinstance(placed, nri.Refusal):
+        return _refuse(node, placed.check, placed.reason, True, fp)
+    fp = _plan_footprint(demand, placed)
+    if fp.numa_nodes != demand.numa_nodes:
+        return _refuse(node, RANKS_SHARE_NUMA,
+                       f"needs {demand.numa_nodes} distinct NUMA nodes; with what runs here the plugin would put "
+                       f"its ranks on {fp.numa_nodes}", True, fp)
     after = list(free)
-    for i in order:
-        after[i] -= per
-    chosen = tuple((i, per) for i in sorted(order))
-    return Fit(node, True, FITS, "", True, chosen, _score(ledger, after, strategy), fp)
+    for i, cores in placed.per_numa:
+        after[i] -= cores
+    return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types)
 
 
-def _fit_static(demand: ModelDemand, ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...],
-                strategy: str) -> Fit:
+def _fit_static(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
     if fp.cores > ledger.capacity_total:
         return _refuse(node, FOOTPRINT_EXCEEDS_NODE,
-                       f"{demand.pod} needs {fp.describe()}; node {node} has {ledger.capacity_total} model cores "
-                       f"even when empty ({len(ledger.reserved)} CPUs reserved)", False, fp)
+                       f"needs {fp.describe()}; nodes of this shape have {ledger.capacity_total} model cores even "
+                       f"when empty", False, fp)
     if fp.cores > sum(free):
-        return _refuse(node, INSUFFICIENT_FREE,
-                       f"{demand.pod} needs {fp.describe()}; node {node} has {fmt_free(ledger, free)} "
-                       f"({sum(free)} in all)", True, fp)
+        return _refuse(node, INSUFFICIENT_FREE, f"needs {fp.describe()} free", True, fp)
     # Topology Manager keeps it on one NUMA node when one can hold it; else the fewest NUMA nodes.
     remaining = fp.cores
     chosen: list[tuple[int, int]] = []
@@ -238,31 +256,28 @@ def _fit_static(demand: ModelDemand, ledger: NodeLedger, node: str, fp: Footprin
     return Fit(node, True, FITS, "", True, tuple(sorted(chosen)), _score(ledger, after, strategy), fp)
 
 
-def _fit_shared(demand: ModelDemand, ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...],
-                strategy: str) -> Fit:
+def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
     headroom = sum(free) * ledger.threads_per_core + max(0, ledger.shared_pool_cpus - ledger.shared_milli // 1000)
     if fp.cpus > headroom:
-        return _refuse(node, INSUFFICIENT_FREE,
-                       f"{demand.pod} needs {fp.describe()}; node {node} has {headroom} CPUs unclaimed",
-                       True, fp)
+        return _refuse(node, INSUFFICIENT_FREE, f"needs {fp.describe()}, more than is unclaimed", True, fp)
     return Fit(node, True, FITS, "", True, (), _score(ledger, list(free), strategy), fp)
 
 
 def holding_for(uid: str, demand: ModelDemand, result: Fit, assumed_at: float | None = None) -> Holding:
     return Holding(uid, demand.pod, demand.identity,
                    result.footprint.balloon_type if result.footprint else None,
-                   result.per_numa, assumed_at)
+                   result.per_numa, assumed_at, types=result.types)
 
 
 def place(ledger: NodeLedger, uid: str, demand: ModelDemand, threads_per_core: int, strategy: str,
-          assumed_at: float | None = None) -> Fit:
+          assumed_at: float | None = None, balloon: str = "") -> Fit:
     """`fit`, then hold the cores if it fits. Exclusive demands only hold cores; best-effort ones
-    join the shared pool."""
+    join the shared pool (`balloon`: the type they are routed to under NRI)."""
     result = fit(demand, ledger, threads_per_core, strategy)
     if not result.ok:
         return result
     if result.footprint is not None and not result.footprint.exclusive:
-        ledger.set_shared(uid, demand.cpu_milli)
+        ledger.set_shared(uid, demand.cpu_milli, balloon)
     else:
         ledger.hold(holding_for(uid, demand, result, assumed_at))
     return result

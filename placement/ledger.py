@@ -11,10 +11,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from placement.demand import ModelIdentity
-from placement.topology import BalloonsPolicy, CPUSet, Topology
+from placement.topology import RESERVED_TYPE, BalloonsPolicy, BalloonType, CPUSet, Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,8 @@ class Holding:
     per_numa: tuple[tuple[int, int], ...]  # (NUMA node id, cores)
     assumed_at: float | None = None  # set while only our own /bind vouches for it
     shortfall: int = 0  # cores the pod really uses that did not fit the ledger (an overcommitted node)
+    types: tuple[str, ...] = ()  # every balloon type it instantiates: the composite and its components
+    observed: bool = False  # per_numa is the cpuset the plugin exported, not our prediction
 
     @property
     def cores(self) -> int:
@@ -60,6 +62,19 @@ class NodeNRI:
         return self.policy is not None and self.status in (None, "Success")
 
 
+def shared_balloon_cpus(btype: BalloonType, milli: int, reserved: int) -> int:
+    """Logical CPUs a non-model balloon takes beyond the reserved cpuset. The plugin sizes a balloon to
+    ceil(sum of its containers' requests) and never below 1 CPU (AllocateResources), clamped to the
+    type's min/max CPUs; `reserved` starts with the reserved cpuset and grows out of it only when
+    its maxCPUs allows."""
+    cpus = max(1, math.ceil(milli / 1000), btype.min_cpus)
+    if btype.max_cpus:
+        cpus = min(cpus, btype.max_cpus)
+    if btype.name == RESERVED_TYPE:
+        return max(0, cpus - reserved)
+    return cpus
+
+
 @dataclass(slots=True)
 class NodeLedger:
     name: str
@@ -73,9 +88,13 @@ class NodeLedger:
     capacity_total: int = field(init=False)
     shared_pool_cpus: int = field(init=False)  # logical CPUs outside model capacity: reserved + orphan siblings
     holdings: dict[str, Holding] = field(default_factory=dict)
-    shared: dict[str, int] = field(default_factory=dict)  # uid -> shared-pool CPU request, millicores
+    # uid -> (the balloon type its containers land in, "" off NRI; their CPU request in millicores)
+    shared: dict[str, tuple[str, int]] = field(default_factory=dict)
     _held: list[int] = field(init=False)
     _shared_total: int = field(init=False, default=0)
+    _shared_by_type: dict[str, int] = field(init=False, default_factory=dict)
+    _shared_count: dict[str, int] = field(init=False, default_factory=dict)
+    _instances: dict[str, int] = field(init=False, default_factory=dict)
     _free: tuple[int, ...] | None = field(init=False, default=None)
     stamp: int = field(init=False, default_factory=lambda: next(_stamps))  # changes with every change
     _by_identity: dict[ModelIdentity, dict[str, Holding]] = field(init=False, default_factory=dict)
@@ -102,11 +121,16 @@ class NodeLedger:
 
     @property
     def elastic_cores(self) -> int:
-        """Model cores the shared pool has grown into."""
-        excess = self._shared_total - self.shared_pool_cpus * 1000
-        if excess <= 0:
-            return 0
-        return math.ceil(math.ceil(excess / 1000) / self.threads_per_core)
+        """Model cores the shared balloons have grown into. Under the balloons plugin each type that non-model
+        containers land in is one balloon of its own size; elsewhere, one shared pool beyond the CPUs outside
+        model capacity."""
+        policy = self.nri.policy
+        if policy is None or not self.nri.running:
+            excess = self._shared_total - self.shared_pool_cpus * 1000
+            return math.ceil(math.ceil(excess / 1000) / self.threads_per_core) if excess > 0 else 0
+        # Each balloon takes cores of its own.
+        return sum(math.ceil(shared_balloon_cpus(policy.route_type(name), milli, len(self.reserved))
+                             / self.threads_per_core) for name, milli in self._shared_by_type.items())
 
     def free(self, exclude: ModelIdentity | None = None) -> tuple[int, ...]:
         """Free model cores per NUMA node; capacity held by `exclude`'s own pods counts as free."""
@@ -122,10 +146,17 @@ class NodeLedger:
 
     def _spill_elastic(self, held: list[int]) -> tuple[int, ...]:
         free = [cap - h for cap, h in zip(self.capacity, held)]
+        policy = self.nri.policy
+        # When some type prefers a NUMA node, every other type is pushed away from all of them in NUMA order
+        # (fillFarFromDevices), so shared balloons grow into the highest NUMA node with room; otherwise the
+        # allocator inflates where most is free.
+        last_first = policy is not None and self.nri.running and policy.numa_preferring
         for _ in range(min(self.elastic_cores, sum(self.capacity))):
-            # The shared pool grows where most is free, as the balloons allocator would inflate it.
-            i = max(range(len(free)), key=lambda k: (free[k], -k))
-            if free[i] <= 0:
+            if last_first:
+                i = max((k for k in range(len(free)) if free[k] > 0), default=-1)
+            else:
+                i = max(range(len(free)), key=lambda k: (free[k], -k))
+            if i < 0 or free[i] <= 0:
                 break
             free[i] -= 1
         return tuple(max(0, f) for f in free)
@@ -148,6 +179,8 @@ class NodeLedger:
     def _add(self, holding: Holding) -> None:
         for numa, cores in holding.per_numa:
             self._held[numa] += cores
+        for name in holding.types:
+            self._instances[name] = self._instances.get(name, 0) + 1
         self.holdings[holding.uid] = holding
         if holding.identity is not None:
             self._by_identity.setdefault(holding.identity, {})[holding.uid] = holding
@@ -166,8 +199,7 @@ class NodeLedger:
             short += cores - take
             if take:
                 placed.append((numa, take))
-        self._add(Holding(holding.uid, holding.pod, holding.identity, holding.balloon_type,
-                          tuple(placed), holding.assumed_at, holding.shortfall + short))
+        self._add(replace(holding, per_numa=tuple(placed), shortfall=holding.shortfall + short))
 
     def release(self, uid: str) -> Holding | None:
         holding = self.holdings.pop(uid, None)
@@ -175,6 +207,8 @@ class NodeLedger:
             return None
         for numa, cores in holding.per_numa:
             self._held[numa] -= cores
+        for name in holding.types:
+            self._instances[name] -= 1
         if holding.identity is not None:
             group = self._by_identity.get(holding.identity)
             if group is not None:
@@ -185,23 +219,55 @@ class NodeLedger:
         self.stamp = next(_stamps)
         return holding
 
-    def set_shared(self, uid: str, milli: int) -> None:
-        self._shared_total += milli - self.shared.get(uid, 0)
-        if milli:
-            self.shared[uid] = milli
-        else:
-            self.shared.pop(uid, None)
+    def set_shared(self, uid: str, milli: int, balloon: str = "") -> None:
+        """Containers of pod `uid` that hold no exclusive cores: `milli` CPU requested in balloon type `balloon`
+        (the one they are routed to; "" off NRI). A pod with only best-effort containers still puts them in a
+        balloon, so it is recorded even at 0 millicores."""
+        old = self.shared.pop(uid, None)
+        if old is not None:
+            self._shared_total -= old[1]
+            left = self._shared_by_type[old[0]] - old[1]
+            self._shared_count[old[0]] -= 1
+            if self._shared_count[old[0]]:
+                self._shared_by_type[old[0]] = left
+            else:
+                del self._shared_by_type[old[0]], self._shared_count[old[0]]
+        self.shared[uid] = (balloon, milli)
+        self._shared_total += milli
+        self._shared_by_type[balloon] = self._shared_by_type.get(balloon, 0) + milli
+        self._shared_count[balloon] = self._shared_count.get(balloon, 0) + 1
         self._free = None
         self.stamp = next(_stamps)
 
     def drop_shared(self, uid: str) -> None:
-        self.set_shared(uid, 0)
+        old = self.shared.pop(uid, None)
+        if old is None:
+            return
+        self._shared_total -= old[1]
+        self._shared_count[old[0]] -= 1
+        if self._shared_count[old[0]]:
+            self._shared_by_type[old[0]] -= old[1]
+        else:
+            del self._shared_by_type[old[0]], self._shared_count[old[0]]
+        self._free = None
+        self.stamp = next(_stamps)
 
     def count_balloons(self, balloon_type: str, exclude: ModelIdentity | None = None) -> int:
+        """Balloons of this type made for pods (maxBalloons counts these, not components of composites)."""
         return sum(
             1 for h in self.holdings.values()
             if h.balloon_type == balloon_type and (exclude is None or h.identity != exclude)
         )
+
+    @property
+    def instance_key(self) -> tuple[tuple[str, int], ...]:
+        """Every balloon type's instance count: what `instances` answers, as one hashable value."""
+        return tuple(sorted((k, v) for k, v in self._instances.items() if v))
+
+    def instances(self, balloon_type: str) -> int:
+        """Balloons of this type including those inside composites: balance-balloons creates the component
+        with the fewest."""
+        return self._instances.get(balloon_type, 0)
 
     def scratch(self, without: ModelIdentity | None = None) -> NodeLedger:
         """A copy to simulate on, without the pods of `without` (a model's own pods are being replaced)."""
@@ -209,8 +275,8 @@ class NodeLedger:
         for holding in self.holdings.values():
             if without is None or holding.identity != without:
                 copy._add(holding)
-        for uid, milli in self.shared.items():
-            copy.set_shared(uid, milli)
+        for uid, (balloon, milli) in self.shared.items():
+            copy.set_shared(uid, milli, balloon)
         return copy
 
     # -- views -------------------------------------------------------------------------------------

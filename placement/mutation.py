@@ -15,9 +15,10 @@ from typing import Any
 import orjson
 
 from placement.cluster import ClusterState
-from placement.fit import nominal_footprint
+from placement.fit import nominal_cpus
 from placement.demand import (
-    BALLOON_PREFIX, OUT_CPUS, OUT_REASON, OUT_TP, OUT_TYPE, ModelDemand, is_model_pod, read_model_pod, round_up,
+    OUT_CPUS, OUT_REASON, OUT_REQUESTED, OUT_TP, OUT_TYPE, ModelDemand, balloon_annotation, is_model_pod,
+    read_model_pod, round_up,
 )
 from placement.preflight import Resolution, resolve_policy
 from placement.quantity import QuantityError, cpu_milli, format_cpu
@@ -110,11 +111,51 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
     tpc = settings.mm_kubelet_threads_per_core
     resolved = replace(demand, resolved_policy=resolution.policy)
     if resolution.policy == "nri-balloons":
-        annotations[BALLOON_PREFIX + demand.container] = demand.balloon_type
+        annotations[balloon_annotation(demand.container)] = demand.balloon_type
+        milli = balloon_request(demand, annotations, tpc, resolution.hide_hyperthreads, settings.nri_cpu_request)
+        if milli is not None and milli != demand.cpu_milli:
+            annotations.setdefault(OUT_REQUESTED, format_cpu(demand.cpu_milli))
+            _set_cpu(spec, demand.container, format_cpu(milli))
+            resolved = replace(resolved, cpu_milli=milli)
     elif resolution.policy == "kubelet-static":
         _make_guaranteed(spec, demand.container, tpc)
-    annotations[OUT_CPUS] = str(nominal_footprint(resolved, tpc, resolution.hide_hyperthreads).cpus)
-    return Mutation(out, demand, resolution, None)
+    annotations[OUT_CPUS] = str(nominal_cpus(resolved, tpc))
+    return Mutation(out, resolved, resolution, None)
+
+
+def balloon_request(demand: ModelDemand, annotations: Mapping[str, Any], tpc: int, hide_hyperthreads: bool,
+                    mode: str) -> int | None:
+    """The model container's CPU request in millicores under the balloons plugin, which gives a balloon
+    ceil(request) logical CPUs split evenly over its ranks' NUMA nodes: whole cores on each, so no rank shares a
+    core. On a hide-hyperthreads type in `cores` mode the user's cpu: N is N cores for N threads (N × SMT width
+    CPUs); otherwise the request, rounded up. The user's own figure is kept in `requested-cpu`, so a second
+    mutation starts from it and never doubles twice. None: no request to size from."""
+    original = demand.cpu_milli
+    if annotations.get(OUT_REQUESTED) is not None:
+        try:
+            original = cpu_milli(annotations[OUT_REQUESTED])
+        except QuantityError:
+            return None
+    if original <= 0:
+        return None
+    span = demand.numa_nodes
+    cores = math.ceil(math.ceil(original / 1000) / (1 if hide_hyperthreads and mode == "cores" else tpc))
+    return round_up(cores, span) * tpc * 1000
+
+
+def _set_cpu(spec: dict[str, Any], container_name: str, value: str) -> None:
+    """requests.cpu, and limits.cpu where set, of the named container (copied, as every written part is)."""
+    containers = spec.get("containers")
+    if not isinstance(containers, list):
+        return
+    spec["containers"] = [_writable_container(c) for c in containers]
+    for container in spec["containers"]:
+        if isinstance(container, dict) and container.get("name") == container_name:
+            resources = container.get("resources") or {}
+            container["resources"] = resources
+            resources["requests"] = {**(resources.get("requests") or {}), "cpu": value}
+            if (resources.get("limits") or {}).get("cpu") is not None:
+                resources["limits"] = {**resources["limits"], "cpu": value}
 
 
 def _require_on_every_term(spec: dict[str, Any], field: str, requirement: dict[str, Any]) -> None:

@@ -118,13 +118,13 @@ def preflight(
                        "Label a node to match, fix the selector, or set model-manager.io/require-amx: \"false\" "
                        "if the model does not need AMX.")
     max_numa = max(ledger.topology.numa_count for ledger in eligible)
-    if demand.tp > max_numa:
+    if demand.numa_nodes > max_numa:
         better = max(t for t in VALID_TP if t <= max_numa)
         return Verdict(False, fitmod.TP_EXCEEDS_NUMA,
-                       f"TP={demand.tp} needs a node with at least {demand.tp} NUMA nodes; the {len(eligible)} "
+                       f"{demand.ranks} needs a node with at least {demand.numa_nodes} NUMA nodes; the {len(eligible)} "
                        f"eligible node{'s' if len(eligible) != 1 else ''} have at most {max_numa} "
                        f"({_names(eligible)}). Use tensor-parallel-size {better}, or add a node with "
-                       f"≥{demand.tp} NUMA nodes.")
+                       f"≥{demand.numa_nodes} NUMA nodes.")
     if resolution.policy == "kubelet-static":
         missing = memory_problems(spec)
         if missing:
@@ -169,7 +169,7 @@ def preflight(
         elif placed < replicas:
             return Verdict(False, REPLICAS,
                            f"{demand.pod}: only {placed} of {replicas} replicas fit at once "
-                           f"({feasible[0].footprint.describe() if feasible[0].footprint else ''} each; "
+                           f"({fitmod.nominal_footprint(resolved, cluster.settings.mm_kubelet_threads_per_core).describe()} each; "
                            f"{len(feasible)} of {len(eligible)} eligible nodes have room now). "
                            f"Use replicas: {placed} or fewer, lower the CPU request, or free capacity.",
                            ranked, notes)
@@ -210,41 +210,44 @@ def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked:
     by_node = {ledger.name: ledger for ledger in eligible}
     eligible = [by_node[f.node] for f in ranked]
     resolvable = [f for f in ranked if f.resolvable]
-    fp = next((f.footprint for f in ranked if f.footprint is not None), None)
-    asked = f"{demand.pod} needs {fp.describe()}" if fp else f"{demand.pod} (TP={demand.tp}, {demand.cpus} CPUs)"
+    tpc = cluster.settings.mm_kubelet_threads_per_core
+    fp = fitmod.nominal_footprint(demand, tpc)
+    asked = f"{demand.pod} needs {fp.describe()}"
     if not resolvable:
         first = ranked[0]
         checks = {f.check for f in ranked}
-        if checks == {fitmod.FOOTPRINT_EXCEEDS_NODE} and fp is not None:
+        if checks == {fitmod.FOOTPRINT_EXCEEDS_NODE}:
             best = max(eligible, key=lambda ledger: _room_when_empty(ledger, demand))
             room = _room_when_empty(best, demand)
-            advice = (f"Request at most cpu: {room} for TP={demand.tp}" if room > 0 else "Use a smaller model")
+            cores = cluster.settings.nri_cpu_request == "cores" or demand.policy != "nri-balloons"
+            if room > 0:
+                advice = f"Request at most cpu: {room if cores else room * tpc} for {demand.ranks}"
+            else:
+                advice = "Use a smaller model"
             if demand.tp * 2 in VALID_TP and any(ledger.topology.numa_count >= demand.tp * 2 for ledger in eligible):
                 advice += f", or use tensor-parallel-size {demand.tp * 2} to spread over more NUMA nodes"
             return Verdict(False, fitmod.FOOTPRINT_EXCEEDS_NODE,
                            f"{asked}, more than any of the {len(eligible)} eligible node"
-                           f"{'s' if len(eligible) != 1 else ''} with ≥{demand.tp} NUMA nodes has even when empty "
-                           f"(largest: {best.name}, {max(best.capacity)} model cores per NUMA node). {advice}.",
+                           f"{'s' if len(eligible) != 1 else ''} with ≥{demand.numa_nodes} NUMA nodes has even when "
+                           f"empty (largest: {best.name}, {max(best.capacity)} model cores per NUMA node). {advice}.",
                            every)
-        detail = "; ".join(f.reason for f in ranked[:3]) + ("; …" if len(ranked) > 3 else "")
+        detail = "; ".join(f"{f.node}: {f.reason}" for f in ranked[:3]) + ("; …" if len(ranked) > 3 else "")
         return Verdict(False, first.check, f"{asked}, and no eligible node can ever hold it: {detail}", every)
     # It could fit an empty node: what is in the way is other pods.
     top = sorted(resolvable, key=lambda f: -sum(by_node[f.node].free()))[:3]
     free_text = "; ".join(f"{f.node}: {fitmod.fmt_free(by_node[f.node], by_node[f.node].free())}" for f in top)
-    largest = max(max(by_node[f.node].free()) for f in resolvable)
+    why = "; ".join(dict.fromkeys(f.reason for f in top))
     return Verdict(False, fitmod.INSUFFICIENT_FREE,
-                   f"{asked}; none of the {len(eligible)} eligible nodes has that free now (most free: {free_text}). "
-                   f"The largest free block is {largest} cores on one NUMA node. Scale down or delete another "
-                   "model on these nodes, lower the CPU request, or add capacity.",
+                   f"{asked}; none of the {len(eligible)} eligible nodes has that free now (most free: {free_text}; "
+                   f"{why}). Scale down or delete another model on these nodes, lower the CPU request, or add "
+                   "capacity.",
                    every)
 
 
 def _room_when_empty(ledger: NodeLedger, demand: ModelDemand) -> int:
-    """The largest CPU request of this demand's shape an empty node could hold."""
-    if ledger.topology.numa_count < demand.tp:
+    """The most cores an empty node could give a demand of this shape (kubelet-static: CPUs)."""
+    if ledger.topology.numa_count < demand.numa_nodes:
         return 0
-    per_numa = sorted(ledger.capacity, reverse=True)[demand.tp - 1]
     if demand.policy == "kubelet-static":
         return sum(ledger.capacity) * ledger.threads_per_core
-    # Our balloon types hide hyperthreads: one requested CPU is one core.
-    return per_numa * demand.tp
+    return sorted(ledger.capacity, reverse=True)[demand.numa_nodes - 1] * demand.numa_nodes

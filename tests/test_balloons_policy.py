@@ -26,11 +26,25 @@ def test_rendered_policy_uses_documented_fields_and_numa_allowed_types(demo: Clu
         assert set(policy["spec"]) <= POLICY_FIELDS
         for btype in policy["spec"]["balloonTypes"]:
             assert set(btype) <= TYPE_FIELDS
-    names = lambda p: [t["name"] for t in p["spec"]["balloonTypes"] if t["name"] != "reserved"]
-    assert names(snc4) == ["vllm-balloon-tp1", "vllm-balloon-tp2", "vllm-balloon-tp4"]  # 4 NUMA nodes: no tp8
-    assert names(nosmt) == ["vllm-balloon-tp1", "vllm-balloon-tp2"]
-    assert all(t.get("hideHyperthreads") for t in snc4["spec"]["balloonTypes"] if t["name"] != "reserved")
-    assert snc4["spec"]["reservedResources"]["cpu"] == "cpuset:0-1,24-25,48-49,72-73,96,120,144,168"
+    names = lambda p: [t["name"] for t in p["spec"]["balloonTypes"]]
+    assert names(snc4) == ["reserved", "vllm-numa-0", "vllm-numa-1", "vllm-numa-2", "vllm-numa-3", "vllm-balloon-tp1",
+                           "vllm-numa-0-1", "vllm-numa-2-3", "vllm-balloon-tp2", "vllm-balloon-tp4"]  # no tp8
+    assert names(nosmt) == ["reserved", "vllm-numa-0", "vllm-numa-1", "vllm-balloon-tp1", "vllm-balloon-tp2"]
+    types = {t["name"]: t for t in snc4["spec"]["balloonTypes"]}
+    # One component per rank, each carved from its own NUMA node.
+    assert types["vllm-numa-2"]["preferCloseToDevices"] == ["/sys/devices/system/node/node2"]
+    assert [c["balloonType"] for c in types["vllm-balloon-tp2"]["components"]] == ["vllm-numa-0-1", "vllm-numa-2-3"]
+    assert types["vllm-balloon-tp2"]["componentCreation"] == "balance-balloons"
+    assert [c["balloonType"] for c in types["vllm-numa-2-3"]["components"]] == ["vllm-numa-2", "vllm-numa-3"]
+    assert "componentCreation" not in types["vllm-balloon-tp4"]
+    for name, btype in types.items():
+        if name != "reserved":
+            assert btype["hideHyperthreads"] and btype["preferNewBalloons"]
+        if "components" in btype:  # the plugin refuses these options on composites
+            assert not {"preferCloseToDevices", "preferSpreadOnPhysicalCores", "allocatorTopologyBalancing"} & set(btype)
+    # Whole cores reserved on every NUMA node, and nothing else may grow into model cores.
+    assert snc4["spec"]["reservedResources"]["cpu"] == "cpuset:0-1,24-25,48-49,72-73,96-97,120-121,144-145,168-169"
+    assert types["reserved"] == {"name": "reserved", "namespaces": ["*"], "minCPUs": 16, "maxCPUs": 16}
 
 
 def test_rendered_policy_read_back_gives_the_same_ledger(demo_objects, settings) -> None:
@@ -40,5 +54,5 @@ def test_rendered_policy_read_back_gives_the_same_ledger(demo_objects, settings)
     again = ClusterState.from_objects([*without, *rendered], settings)
     ledger = again.ledger("cpu-a1")
     assert ledger.nri.policy is not None and ledger.nri.policy.name == "node.cpu-a1"
-    assert ledger.reserved == state.ledger("cpu-a1").reserved  # same profile, same spread
+    assert ledger.reserved == state.ledger("cpu-a1").reserved  # same profile, same whole cores
     assert ledger.nri.policy.balloon_type("vllm-balloon-tp2").hide_hyperthreads

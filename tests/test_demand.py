@@ -7,9 +7,13 @@ from types import MappingProxyType
 
 import pytest
 
+from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import is_model_pod, pod_shared_cpu_milli, read_model_pod
 from placement.fit import footprint
+from placement.mutation import mutate_pod
+from placement.quantity import cpu_milli
+from server.cli import demo_text, load_objects
 from tests.conftest import fixture_json
 
 
@@ -83,12 +87,37 @@ def test_absurd_cpu_is_a_problem_not_a_crash(cpu: str, words: str, settings: Set
 def test_footprint_tp2_cpu16_hidden_hyperthreads_is_two_numa_nodes_of_8_cores(demo, settings: Settings) -> None:
     pod = with_args(["--tensor-parallel-size", "2"])
     pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "16", "memory": "8Gi"}}
-    demand = read_model_pod(pod, settings)
-    fp = footprint(demand, demo.ledger("cpu-a1"), settings.mm_kubelet_threads_per_core)
+    # As the user wrote it, the plugin would give the balloon 16 logical CPUs: 4 cores on each NUMA node.
+    raw = read_model_pod(pod, settings)
+    fp = footprint(raw, demo.ledger("cpu-a1"), settings.mm_kubelet_threads_per_core)
+    assert (fp.numa_nodes, fp.cores_per_numa, fp.cores, fp.cpus) == (2, 4, 8, 16)
+    # The webhook makes cpu: 16 mean 16 cores (8 per rank) for 16 threads: a request of 32.
+    mutated = mutate_pod(pod, demo).demand
+    assert mutated.cpu_milli == 32_000
+    fp = footprint(mutated, demo.ledger("cpu-a1"), settings.mm_kubelet_threads_per_core)
     assert (fp.numa_nodes, fp.cores_per_numa, fp.cores, fp.cpus) == (2, 8, 16, 32)
-    # SMT off: a core is one CPU.
-    fp = footprint(demand, demo.ledger("cpu-nosmt"), settings.mm_kubelet_threads_per_core)
-    assert (fp.numa_nodes, fp.cores_per_numa, fp.cpus) == (2, 8, 16)
+    # SMT off: a CPU is a core, so the same request is 16 cores on each NUMA node.
+    fp = footprint(mutated, demo.ledger("cpu-nosmt"), settings.mm_kubelet_threads_per_core)
+    assert (fp.numa_nodes, fp.cores_per_numa, fp.cpus) == (2, 16, 32)
+
+
+@pytest.mark.parametrize("cpu,tp,mode,want", [
+    ("16", 1, "cores", 32_000), ("15", 2, "cores", 32_000), ("3", 4, "cores", 8_000),
+    ("16", 1, "cpus", 16_000), ("15", 1, "cpus", 16_000), ("3", 2, "cpus", 4_000), ("500m", 1, "cpus", 2_000),
+])
+def test_the_balloon_request_is_whole_cores_on_every_rank(demo, cpu: str, tp: int, mode: str, want: int) -> None:
+    settings = Settings(nri_cpu_request=mode)
+    state = ClusterState.from_objects(load_objects(demo_text()), settings)
+    pod = with_args(["--tensor-parallel-size", str(tp)])
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}
+    mutation = mutate_pod(pod, state)
+    resources = mutation.pod["spec"]["containers"][0]["resources"]
+    assert mutation.demand.cpu_milli == want
+    assert cpu_milli(resources["requests"]["cpu"]) == cpu_milli(resources["limits"]["cpu"]) == want
+    annotations = mutation.pod["metadata"]["annotations"]
+    assert annotations.get("cpu-policy.model-manager.io/requested-cpu") == (cpu if want != cpu_milli(cpu) else None)
+    # Mutating the output again changes nothing: the request is never doubled twice.
+    assert mutate_pod(mutation.pod, state).pod == mutation.pod
 
 
 def test_kubelet_static_footprint_rounds_up_to_whole_cores(demo) -> None:

@@ -14,10 +14,22 @@ from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import ModelDemand, ModelIdentity
 from placement.ledger import NodeLedger, NodeNRI
-from placement.topology import BalloonType, BalloonsPolicy, linux_layout, spread_reserved
+from placement.balloons import node_balloons_policy
+from placement.topology import (
+    BalloonType, BalloonsPolicy, linux_layout, parse_balloons_policy, reserved_from_spec, spread_reserved,
+)
 
-POLICY = BalloonsPolicy("default", "kube-system", "4", tuple(
-    BalloonType(f"vllm-balloon-tp{t}", hide_hyperthreads=True) for t in (1, 2, 4, 8)))
+def generated(cores_per_numa: list[int], tpc: int = 2) -> BalloonsPolicy:
+    """The policy `balloons-policy NODE` writes for a node of this shape, reserving one core per NUMA node."""
+    topo = linux_layout(cores_per_numa, tpc, "labels")
+    return parse_balloons_policy(node_balloons_policy("n1", topo, Settings(nri_deployment_profile="siblings"),
+                                                      "kube-system"))
+
+
+def plain(**extra) -> BalloonsPolicy:
+    """A hand-written policy of plain types, as the seed guide's example has them."""
+    return BalloonsPolicy("default", "kube-system", "4", tuple(
+        BalloonType(f"vllm-balloon-tp{t}", hide_hyperthreads=True, **extra) for t in (1, 2, 4, 8)))
 
 
 def demand(cpus: int, tp: int = 1, policy: str = "nri-balloons", model: str | None = None) -> ModelDemand:
@@ -28,80 +40,120 @@ def demand(cpus: int, tp: int = 1, policy: str = "nri-balloons", model: str | No
         node_pin=None, problems=())
 
 
-def ledger(cores_per_numa: list[int], tpc: int = 2, reserved: int = 4, policy: BalloonsPolicy | None = POLICY) -> NodeLedger:
+def ledger(cores_per_numa: list[int], tpc: int = 2, policy: BalloonsPolicy | None = None) -> NodeLedger:
+    """A node of this shape under `policy` (default: its generated one), reserving what the policy says."""
     topo = linux_layout(cores_per_numa, tpc, "labels")
-    return NodeLedger("n1", topo, spread_reserved(topo, reserved), "test", {}, NodeNRI(policy, "Success"))
+    policy = generated(cores_per_numa, tpc) if policy is None else policy
+    reserved = reserved_from_spec(topo, policy.reserved_cpu or "0")
+    return NodeLedger("n1", topo, reserved, "test", {}, NodeNRI(policy, "Success"))
 
 
 def test_capacity_excludes_every_core_a_reserved_thread_touches() -> None:
-    led = ledger([24, 24, 24, 24], reserved=12)  # 3 CPUs per NUMA: primaries of 2 cores + 1 sibling
+    topo = linux_layout([24, 24, 24, 24], 2, "labels")
+    # 3 CPUs per NUMA: primaries of 2 cores + 1 sibling
+    led = NodeLedger("n1", topo, spread_reserved(topo, 12), "test", {}, NodeNRI(None, None))
     assert led.capacity == (22, 22, 22, 22)
     assert led.shared_pool_cpus == 12 + 4  # reserved + the orphan sibling of each half-reserved core
 
 
-def test_balloon_is_split_evenly_over_tp_numa_nodes_with_most_free() -> None:
-    led = ledger([16, 16, 16, 16])
-    first = fitmod.place(led, "a", demand(12, tp=1), 2, "MostAllocated")
-    assert first.ok and first.per_numa == ((0, 12),)
-    second = fitmod.place(led, "b", demand(16, tp=2), 2, "MostAllocated")
-    # NUMA 0 has 3 free; the two emptiest are 1 and 2 (ties to the lowest id).
-    assert second.ok and second.per_numa == ((1, 8), (2, 8))
-    assert led.free() == (3, 7, 7, 15)
-
-
-def test_refusal_names_demand_and_free_per_numa_node() -> None:
+def test_a_balloon_holds_its_request_in_logical_cpus_as_whole_cores() -> None:
+    # The plugin sizes a balloon to ceil(request) logical CPUs; hideHyperthreads only pins the container to one
+    # thread of each of its cores. cpu: 16 on a 2-way SMT node is 8 cores.
     led = ledger([16, 16])
-    fitmod.place(led, "a", demand(10, tp=1), 2, "MostAllocated")
-    result = fitmod.fit(demand(20, tp=2), led, 2, "MostAllocated")
-    assert not result.ok and result.check == fitmod.INSUFFICIENT_FREE and result.resolvable
-    assert "2 NUMA nodes × 10 cores (40 CPUs)" in result.reason
-    assert "NUMA 0: 5/15" in result.reason and "NUMA 1: 15/15" in result.reason
+    result = fitmod.place(led, "a", demand(16), 2, "MostAllocated")
+    assert result.ok and result.per_numa == ((0, 8),) and result.footprint.cpus == 16
+    assert led.free() == (7, 15)
+
+
+def test_tp1_goes_to_the_numa_node_with_fewest_balloons_and_tp_n_to_an_aligned_block() -> None:
+    led = ledger([16, 16, 16, 16])
+    first = fitmod.place(led, "a", demand(12), 2, "MostAllocated")
+    second = fitmod.place(led, "b", demand(12), 2, "MostAllocated")
+    assert (first.per_numa, second.per_numa) == (((0, 6),), ((1, 6),))  # balance-balloons over vllm-numa-N
+    tp2 = fitmod.place(led, "c", demand(16, tp=2), 2, "MostAllocated")
+    # Blocks {0,1} and {2,3} have no instances yet: the first listed wins, one component on each NUMA node.
+    assert tp2.ok and tp2.per_numa == ((0, 4), (1, 4))
+    assert fitmod.place(led, "d", demand(16, tp=2), 2, "MostAllocated").per_numa == ((2, 4), (3, 4))
+    assert led.free() == (5, 5, 11, 11)
+
+
+def test_refusal_names_the_class_not_the_node_and_is_resolvable_when_other_pods_hold_the_cores() -> None:
+    led = ledger([16, 16])
+    fitmod.place(led, "a", demand(20), 2, "MostAllocated")  # 10 cores on NUMA 0
+    result = fitmod.fit(demand(24), led, 2, "MostAllocated")
+    # vllm-numa-1 has fewer instances, so this one goes to NUMA 1, where it fits.
+    assert result.ok and result.per_numa == ((1, 12),)
+    fitmod.place(led, "b", demand(24), 2, "MostAllocated")
+    again = fitmod.fit(demand(24), led, 2, "MostAllocated")  # NUMA 0's turn: 5 free, 12 needed
+    assert not again.ok and again.check == fitmod.INSUFFICIENT_FREE and again.resolvable
+    assert "vllm-numa-0 is carved from NUMA node 0 and needs 12 free cores there" in again.reason
+    assert "n1" not in again.reason and "llm/" not in again.reason
 
 
 def test_unresolvable_refusals() -> None:
     led = ledger([16, 16])
     tp4 = fitmod.fit(demand(8, tp=4), led, 2, "MostAllocated")
-    assert (tp4.check, tp4.resolvable) == (fitmod.TP_EXCEEDS_NUMA, False) and "has 2" in tp4.reason
-    huge = fitmod.fit(demand(40, tp=2), led, 2, "MostAllocated")
+    assert (tp4.check, tp4.resolvable) == (fitmod.TP_EXCEEDS_NUMA, False) and "this node has 2" in tp4.reason
+    huge = fitmod.fit(demand(80, tp=2), led, 2, "MostAllocated")
     assert (huge.check, huge.resolvable) == (fitmod.FOOTPRINT_EXCEEDS_NODE, False)
-    assert "at most 15 model cores per NUMA node" in huge.reason
+    assert "at most 15 model cores on a NUMA node" in huge.reason
     other = replace(demand(4), balloon_type="custom")
     missing = fitmod.fit(other, led, 2, "MostAllocated")
     assert (missing.check, missing.resolvable) == (fitmod.BALLOON_TYPE_MISSING, False) and "custom" in missing.reason
     broken = ledger([16, 16])
-    broken.nri = NodeNRI(POLICY, "Failure")
+    broken.nri = NodeNRI(broken.nri.policy, "Failure")
     failed = fitmod.fit(demand(4), broken, 2, "MostAllocated")
     assert (failed.check, failed.resolvable) == (fitmod.NRI_NOT_RUNNING, False) and "Failure" in failed.reason
 
 
-def test_max_balloons_is_resolvable() -> None:
-    capped = BalloonsPolicy("default", "kube-system", "4", (BalloonType("vllm-balloon-tp1", True, max_balloons=1),))
-    led = ledger([16, 16], policy=capped)
+def test_a_plain_type_puts_every_rank_on_one_numa_node_so_tp2_is_refused() -> None:
+    led = ledger([16, 16], policy=plain())
+    one = fitmod.fit(demand(8), led, 2, "MostAllocated")
+    assert one.ok and one.per_numa == ((0, 4),)
+    tp2 = fitmod.fit(demand(16, tp=2), led, 2, "MostAllocated")
+    assert (tp2.check, tp2.resolvable) == (fitmod.RANKS_SHARE_NUMA, False)
+    assert "puts the model on 1 NUMA node but its TP=2 needs 2" in tp2.reason
+
+
+def test_max_balloons_is_resolvable_and_max_cpus_is_compared_with_the_request() -> None:
+    led = ledger([16, 16], policy=plain(max_balloons=1))
     assert fitmod.place(led, "a", demand(2), 2, "MostAllocated").ok
     second = fitmod.fit(demand(2), led, 2, "MostAllocated")
     assert (second.check, second.resolvable) == (fitmod.MAX_BALLOONS, True)
+    capped = ledger([16, 16], policy=plain(max_cpus=8))
+    assert fitmod.fit(demand(8), capped, 2, "MostAllocated").ok  # 8 CPUs = 4 cores: maxCPUs counts CPUs
+    over = fitmod.fit(demand(9), capped, 2, "MostAllocated")
+    assert (over.check, over.resolvable) == (fitmod.BALLOON_TYPE_CAPPED, False) and "maxCPUs=8" in over.reason
 
 
-def test_elastic_reserved_pool_eats_model_cores() -> None:
-    led = ledger([16, 16], reserved=4)  # 4 reserved CPUs = 2 whole cores, no orphan siblings
-    assert led.shared_pool_cpus == 4 and led.free() == (15, 15)
-    led.set_shared("fluentd", 9000)  # 5 CPUs beyond the pool -> 3 cores
-    assert led.elastic_cores == 3 and sum(led.free()) == 27
-    led.drop_shared("fluentd")
-    assert led.free() == (15, 15)
+def test_shared_containers_take_model_cores_only_where_their_balloon_grows() -> None:
+    # The generated policy's reserved balloon is exactly the reserved cpuset: non-model pods overcommit it.
+    led = ledger([16, 16])
+    led.set_shared("fluentd", 9000, "reserved")
+    assert led.elastic_cores == 0 and led.free() == (15, 15)
+    # A plain policy's reserved balloon grows: 9 CPUs, 4 of them reserved, 5 beyond -> 3 cores.
+    elastic = ledger([16, 16], policy=plain())  # reservedResources.cpu: "4", whole cores here
+    elastic.set_shared("fluentd", 9000, "reserved")
+    assert elastic.elastic_cores == 3 and sum(elastic.free()) == 27
+    # The default balloon holds at least one CPU, even for best-effort containers.
+    elastic.set_shared("sidecar", 0, "default")
+    assert elastic.elastic_cores == 4
+    elastic.drop_shared("fluentd")
+    elastic.drop_shared("sidecar")
+    assert elastic.free() == (15, 15)
 
 
 def test_scores_by_strategy() -> None:
     led = ledger([16, 16])
-    fitmod.place(led, "a", demand(10), 2, "MostAllocated")
-    d = demand(5)
+    fitmod.place(led, "a", demand(20), 2, "MostAllocated")
+    d = demand(10)
     most = fitmod.fit(d, led, 2, "MostAllocated").score
     least = fitmod.fit(d, led, 2, "LeastAllocated").score
-    assert most == 5 and least == 5  # 15 of 30 used either way
+    assert most == 5 and least == 5  # 15 of 30 cores used either way
     fresh = ledger([16, 16])
     assert fitmod.fit(d, fresh, 2, "MostAllocated").score < most  # packing prefers the used node
     assert fitmod.fit(d, fresh, 2, "LeastAllocated").score > least
-    assert fitmod.fit(demand(30, tp=2), fresh, 2, "BalancedAllocation").score == 10
+    assert fitmod.fit(demand(60, tp=2), fresh, 2, "BalancedAllocation").score == 10
 
 
 def test_kubelet_static_prefers_one_numa_node_then_spreads() -> None:
@@ -118,15 +170,16 @@ ops = st.lists(st.tuples(st.sampled_from(["place", "assume", "release", "shared"
                          st.integers(0, 7), st.integers(1, 40), st.sampled_from([1, 2, 4, 8]),
                          st.sampled_from(["nri-balloons", "kubelet-static", "best-effort"])),
                max_size=40)
-shapes = st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(2, 24), st.sampled_from([1, 2]), st.integers(0, 16))
+shapes = st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(2, 24), st.sampled_from([1, 2]), st.booleans())
 
 
 @hsettings(max_examples=300, deadline=None)
 @given(shape=shapes, sequence=ops)
 def test_free_never_negative_and_fit_agrees_with_place(shape, sequence) -> None:
-    numa, cores, tpc, reserved = shape
-    led = ledger([cores] * numa, tpc=tpc, reserved=reserved)
-    empty = ledger([cores] * numa, tpc=tpc, reserved=reserved)
+    numa, cores, tpc, hand_written = shape
+    policy = plain() if hand_written else None
+    led = ledger([cores] * numa, tpc=tpc, policy=policy)
+    empty = ledger([cores] * numa, tpc=tpc, policy=policy)
     now = 0.0
     for op, slot, cpus, tp, policy in sequence:
         uid = f"pod-{slot}"
@@ -135,7 +188,7 @@ def test_free_never_negative_and_fit_agrees_with_place(shape, sequence) -> None:
             led.release(uid)
             led.drop_shared(uid)
         elif op == "shared":
-            led.set_shared(uid, cpus * 500)
+            led.set_shared(uid, cpus * 500, "reserved")
         elif uid not in led.holdings and uid not in led.shared:
             d = demand(cpus, tp=tp, policy=policy)
             before_free = led.free()
@@ -147,7 +200,7 @@ def test_free_never_negative_and_fit_agrees_with_place(shape, sequence) -> None:
             if result.ok and result.footprint and result.footprint.exclusive:
                 assert uid in led.holdings and led.holdings[uid].cores == result.footprint.cores
                 if policy == "nri-balloons":
-                    assert len(result.per_numa) == tp  # TP distinct NUMA nodes
+                    assert len(result.per_numa) == tp  # one NUMA node per rank
             elif not result.ok:
                 assert uid not in led.holdings and led.free() == before_free
         free = led.free()
@@ -190,16 +243,16 @@ def test_assumed_pod_is_held_until_confirmed_or_expired(demo_objects) -> None:
         state.replace(kind, [o for o in demo_objects if o["kind"] == kind])
     d = replace(demand(20), pod="llm/new")
     assert state.assume("uid-new", "llm", "new", d, "cpu-a1").ok
-    assert sum(state.ledger("cpu-a1").free()) == 58 - 20
-    # A second pod that would fit alone does not fit beside the assumed one on the same NUMA nodes.
+    assert sum(state.ledger("cpu-a1").free()) == 58 - 10
+    # The next balloon goes to the other NUMA node, as the plugin would put it beside the assumed one.
     second = state.fit(replace(demand(20), pod="llm/second"), state.ledger("cpu-a1"))
-    assert second.ok and second.per_numa == ((1, 20),)
+    assert second.ok and second.per_numa == ((1, 10),)
     # The watch shows an unrelated update before the binding: still held.
     state.apply("Pod", "MODIFIED", {"metadata": {"uid": "uid-new", "name": "new", "namespace": "llm",
                                                  "labels": {"model-manager.io/model": "m"}},
                                     "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "20"}}}]},
                                     "status": {"phase": "Pending"}})
-    assert sum(state.ledger("cpu-a1").free()) == 58 - 20
+    assert sum(state.ledger("cpu-a1").free()) == 58 - 10
     clock[0] += 31
     assert [r.uid for r in state.expire_assumed()] == ["uid-new"]
     assert sum(state.ledger("cpu-a1").free()) == 58
@@ -216,12 +269,12 @@ def test_assumed_pod_survives_a_relist_that_shows_it_unbound_until_confirmed(dem
     state.replace("Pod", [o for o in demo_objects if o["kind"] == "Pod"] + [unbound])
     rec = state.pods["uid-new"]
     assert (rec.node, rec.assumed_at, rec.model.cpu_milli) == ("cpu-a1", 100.0, 20_000)
-    assert sum(state.ledger("cpu-a1").free()) == 58 - 20
+    assert sum(state.ledger("cpu-a1").free()) == 58 - 10
     with pytest.raises(AttributeError):  # records are shared with the ledgers: never changed in place
         rec.node = "cpu-a2"  # type: ignore[misc]
     assert state.confirm("uid-new")
     assert state.pods["uid-new"].assumed_at is None and state.pods["uid-new"].node == "cpu-a1"
-    assert sum(state.ledger("cpu-a1").free()) == 58 - 20
+    assert sum(state.ledger("cpu-a1").free()) == 58 - 10
     assert state.expire_assumed(ttl=0) == []
 
 def test_a_models_own_pods_count_as_free_for_admission_only(demo: ClusterState) -> None:

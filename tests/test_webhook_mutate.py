@@ -42,6 +42,7 @@ TYPE = "cpu-policy.model-manager.io/type"
 REASON = "cpu-policy.model-manager.io/reason"
 TP = "cpu-policy.model-manager.io/tensor-parallel-size"
 CPUS = "cpu-policy.model-manager.io/cpus"
+REQUESTED = "cpu-policy.model-manager.io/requested-cpu"
 BALLOON = "balloon.balloons.resource-policy.nri.io/container."
 AMX = {"key": "feature.node.kubernetes.io/cpu-security.amx.enabled", "operator": "In", "values": ["true"]}
 # Where the contract lets the webhook write (DESIGN.md, "Outputs the webhook writes").
@@ -267,15 +268,22 @@ async def test_replicaset_created_kserve_pod_with_generate_name_is_pinned(wh: We
     assert ann[TYPE] == "nri-balloons" and REASON not in ann
     assert ann[TP] == "1"
     assert ann[BALLOON + "kserve-container"] == "vllm-balloon-tp1"
-    assert ann[CPUS] == "32"  # 16 CPUs in a balloon that hides hyperthreads: 16 cores, 32 logical CPUs
+    # cpu: 16 in a balloon that hides hyperthreads means 16 cores for 16 threads: the plugin gives a balloon
+    # ceil(request) logical CPUs, so the request becomes 32, and the user's figure is kept.
+    assert ann[CPUS] == "32" and ann[REQUESTED] == "16"
+    model = pod["spec"]["containers"][0]
+    assert model["resources"]["requests"]["cpu"] == "32" and model["resources"]["limits"]["cpu"] == "32"
     # Existing annotations stay, including one whose key has a slash.
     assert ann["sidecar.istio.io/inject"] == "false" and ann["serving.kserve.io/deploymentMode"] == "RawDeployment"
     assert terms(pod) == [{"matchExpressions": [AMX]}]
-    # Nothing we do not own changed: no name, same generateName, namespace, containers, labels.
+    # Nothing we do not own changed: no name, same generateName, namespace, labels, and containers but for the
+    # model container's CPU.
     original = sent["request"]["object"]
     assert "name" not in pod["metadata"] and pod["metadata"]["generateName"] == original["metadata"]["generateName"]
     assert pod["metadata"]["labels"] == original["metadata"]["labels"]
-    assert pod["spec"]["containers"] == original["spec"]["containers"]
+    unchanged = copy.deepcopy(original["spec"]["containers"])
+    unchanged[0]["resources"]["requests"]["cpu"] = unchanged[0]["resources"]["limits"]["cpu"] = "32"
+    assert pod["spec"]["containers"] == unchanged
     paths = {op["path"] for op in answer.ops}
     assert "/metadata/annotations/cpu-policy.model-manager.io~1type" in paths
     assert "/metadata/annotations/balloon.balloons.resource-policy.nri.io~1container.kserve-container" in paths
@@ -292,7 +300,7 @@ async def test_bare_kubectl_run_pod_without_annotations_gets_the_map_created(wh:
     pod = answer.pod
     # The container is named after the pod: the first container is the model container.
     assert pod["metadata"]["annotations"] == {
-        TYPE: "nri-balloons", TP: "1", BALLOON + "llama3": "vllm-balloon-tp1", CPUS: "16"}
+        TYPE: "nri-balloons", TP: "1", BALLOON + "llama3": "vllm-balloon-tp1", CPUS: "16", REQUESTED: "8"}
     assert pod["metadata"]["labels"] == {"model-manager.io/model": "llama3"}
     await assert_reinvocation_is_empty(wh, pod)
 
@@ -411,7 +419,8 @@ async def test_require_amx_opt_out_and_explicit_balloon_type(wh: Webhook) -> Non
     ann = pod["metadata"]["annotations"]
     assert ann[BALLOON + "llama3"] == "vllm-balloon-tp2" and ann["example.com/path~with/slash"] == "kept"
     # Keys are escaped per RFC 6901: `~` first, then `/`.
-    assert all("/" not in op["path"].removeprefix("/metadata/annotations/") for op in answer.ops)
+    assert all("/" not in op["path"].removeprefix("/metadata/annotations/") for op in answer.ops
+               if op["path"].startswith("/metadata/annotations/"))
     await assert_reinvocation_is_empty(wh, pod)
 
 

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
+from placement.balloons import node_balloons_policy
 from placement.cluster import ClusterState
 from placement.config import Settings, load_settings
+from placement.topology import linux_layout
 from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are fixtures, used by name
     AMX, BALLOON, CPUS, TP, TYPE, Answer, MakeWebhook, Obj, Webhook, decisions, make_webhook, objects_without,
     review, wh,
@@ -87,14 +89,12 @@ def node(name: str, numa: int = 2, cores: int = 32) -> Obj:
 
 
 def balloons_policy(*nodes: str) -> Obj:
-    """The default BalloonsPolicy: 12 reserved CPUs (3 cores per NUMA node of a 2-NUMA node), TP 1/2/4 types."""
-    return {"apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
-            "metadata": {"name": "default", "namespace": "kube-system"},
-            "spec": {"reservedResources": {"cpu": "12"},
-                     "balloonTypes": [{"name": "reserved", "namespaces": ["kube-system"]},
-                                      *({"name": f"vllm-balloon-tp{tp}", "hideHyperthreads": True}
-                                        for tp in (1, 2, 4))]},
-            "status": {"nodes": {n: {"status": "Success", "generation": 1} for n in nodes}}}
+    """The default BalloonsPolicy `balloons-policy` writes for a 2-NUMA node of 32 cores × 2 threads: 12 reserved
+    CPUs (3 cores per NUMA node), per-NUMA types and TP 1/2 composites."""
+    policy = node_balloons_policy("solo", linux_layout([32, 32], 2, "labels"), Settings(), "kube-system")
+    policy["metadata"]["name"] = "default"
+    policy["status"] = {"nodes": {n: {"status": "Success", "generation": 1} for n in nodes}}
+    return policy
 
 
 def running(name: str, on: str, model: str, cpus: int, created: str = "2026-11-30T09:00:00Z") -> Obj:
@@ -103,9 +103,11 @@ def running(name: str, on: str, model: str, cpus: int, created: str = "2026-11-3
             "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}", "creationTimestamp": created,
                          "labels": {"model-manager.io/model": model},
                          "annotations": {TYPE: "nri-balloons", TP: "1", CPUS: str(cpus * 2),
+                                         "cpu-policy.model-manager.io/requested-cpu": str(cpus),
                                          BALLOON + "main": "vllm-balloon-tp1"}},
             "spec": {"nodeName": on, "containers": [{"name": "main", "resources": {
-                "requests": {"cpu": str(cpus), "memory": "64Gi"}, "limits": {"cpu": str(cpus), "memory": "64Gi"}}}]},
+                "requests": {"cpu": str(cpus * 2), "memory": "64Gi"},
+                "limits": {"cpu": str(cpus * 2), "memory": "64Gi"}}}]},
             "status": {"phase": "Running"}}
 
 
@@ -156,7 +158,7 @@ async def test_tp_larger_than_every_eligible_numa_count_names_the_largest_and_th
 
 async def test_footprint_larger_than_any_empty_node_says_how_much_would_fit(wh: Webhook) -> None:
     refused(await admitted(wh, kserve("too-big", cpu="31")),
-            "llm/llama3-8b-predictor-6c9f7d8b4-x7k2p needs balloon vllm-balloon-tp1: 1 NUMA node × 31 cores (62 CPUs)",
+            "llm/llama3-8b-predictor-6c9f7d8b4-x7k2p needs balloon vllm-balloon-tp1: 31 cores on 1 NUMA node (62 CPUs)",
             "more than any of the 6 eligible nodes with ≥1 NUMA nodes has even when empty",
             "(largest: cpu-b1, 30 model cores per NUMA node)",
             "Request at most cpu: 30 for TP=1, or use tensor-parallel-size 2")
@@ -164,9 +166,9 @@ async def test_footprint_larger_than_any_empty_node_says_how_much_would_fit(wh: 
 
 async def test_footprint_larger_than_what_is_free_now_shows_the_free_cores(wh: Webhook) -> None:
     refused(await admitted(wh, kserve("on-full", **{"model-manager.io/node": "cpu-full"})),
-            "needs balloon vllm-balloon-tp1: 1 NUMA node × 16 cores (32 CPUs)",
-            "none of the 1 eligible nodes has that free now (most free: cpu-full: NUMA 0: 2/29, NUMA 1: 2/29 free "
-            "cores)", "The largest free block is 2 cores on one NUMA node")
+            "needs balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs)",
+            "none of the 1 eligible nodes has that free now (most free: cpu-full: NUMA 0: 3/29, NUMA 1: 3/29 free "
+            "cores; balloon type vllm-numa-0 is carved from NUMA node 0 and needs 16 free cores there)")
     # The same pod anywhere fits: the refusal was about free capacity, not the request.
     assert (await admitted(wh, kserve("anywhere"))).allowed
 
@@ -255,7 +257,7 @@ async def test_rolling_update_of_a_model_that_fills_its_node_is_admitted(full_no
     assert (await admitted(full_node, model_pod("big", 29))).allowed
     # Any other model is refused: the node is full.
     refused(await admitted(full_node, model_pod("other", 29)),
-            "none of the 1 eligible nodes has that free now (most free: solo: NUMA 0: 0/29, NUMA 1: 0/29 free cores)")
+            "none of the 1 eligible nodes has that free now (most free: solo: NUMA 0: 0/29, NUMA 1: 0/29 free cores;")
     # The Deployment of `big` updated in place: its template × replicas, its own pods free.
     update = workload("ar-deployment-update.json", replicas=2, cpu="29",
                       **{"model-manager.io/tensor-parallel-size": "1"})
@@ -267,7 +269,7 @@ async def test_deployment_whose_replicas_fit_only_twice_is_refused_with_the_coun
     wh = await make_webhook([node("solo"), balloons_policy("solo")])
     sent = workload("ar-deployment-create.json", replicas=3, cpu="20", **{"model-manager.io/tensor-parallel-size": "1"})
     refused(await wh.validate(sent), "llm/mixtral-8x7b: only 2 of 3",
-            "only 2 of 3 replicas fit at once (balloon vllm-balloon-tp1: 1 NUMA node × 20 cores (40 CPUs) each; "
+            "only 2 of 3 replicas fit at once (balloon vllm-balloon-tp1: 20 cores on 1 NUMA node (40 CPUs) each; "
             "1 of 1 eligible nodes have room now)", "Use replicas: 2 or fewer")
     assert (await wh.validate(workload("ar-deployment-create.json", replicas=2, uid="two", cpu="20",
                                        **{"model-manager.io/tensor-parallel-size": "1"}))).allowed
@@ -276,12 +278,13 @@ async def test_deployment_whose_replicas_fit_only_twice_is_refused_with_the_coun
 async def test_deployment_create_update_and_statefulset_on_the_demo_fleet(wh: Webhook) -> None:
     assert (await wh.validate(review("ar-deployment-create.json"))).allowed  # TP=2 × 32 CPUs, 2 replicas
     assert (await wh.validate(review("ar-deployment-update.json"))).allowed  # scaled 2 -> 3
-    # Four nodes can hold a TP=2 × 16-core balloon now: a fifth replica cannot.
+    # cpu: 32 at TP=2 is 16 cores on each of 2 NUMA nodes, a request of 64 CPUs: cpu-a1, cpu-b1 and cpu-snc4 (its
+    # free block of NUMA nodes 2-3) can hold one now; cpu-nosmt, SMT off, would need 32 cores per NUMA node.
     five = workload("ar-deployment-create.json", replicas=5, uid="five")
     refused(await wh.validate(five),
-            "llm/mixtral-8x7b: only 4 of 5 replicas fit at once",
-            "balloon vllm-balloon-tp2: 2 NUMA nodes × 16 cores (64 CPUs) each; 4 of 6 eligible nodes have room now",
-            "Use replicas: 4 or fewer")
+            "llm/mixtral-8x7b: only 3 of 5 replicas fit at once",
+            "balloon vllm-balloon-tp2: 16 cores on each of 2 NUMA nodes (64 CPUs) each; 3 of 6 eligible nodes have "
+            "room now", "Use replicas: 3 or fewer")
     assert (await wh.validate(review("ar-statefulset-create.json"))).allowed
     refused(await wh.validate(workload("ar-statefulset-create.json", uid="sts-tp8",
                                        **{"model-manager.io/tensor-parallel-size": "8"})),

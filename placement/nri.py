@@ -1,0 +1,144 @@
+"""Where the NRI balloons plugin will put a model container's balloon, predicted from what a node holds.
+
+The rules are the plugin's own (containers/nri-plugins, cmd/plugins/balloons/policy, the release pinned in
+tests/peers/balloons), and tests/oracle holds this module to the real plugin:
+- a balloon holds ceil(request) logical CPUs, at least 1, at least minCPUs; a request above maxCPUs fails the
+  container (MaxAvailMilliCpus), it is never clamped into a smaller balloon;
+- a composite type makes one balloon per component, each sized request / components (resizeCompositeBalloon);
+  with componentCreation balance-balloons, one balloon of the component type that has the fewest instances,
+  composites' components included, ties to the first listed (newCompositeBalloon);
+- a plain type that prefers /sys/devices/system/node/nodeN is taken from NUMA node N when N has room; the
+  preference is dropped otherwise (resizeCpusWithDevices), and we then refuse: where it would go is not NUMA-local
+  by design;
+- a plain type with no such preference is pushed away from every NUMA node some other type prefers, lowest id
+  first while the rest still has room (fillFarFromDevices), then taken from the deepest topology level with room
+  (resizeCpusMaxLocalSet): one NUMA node when one has room, else spread, which we refuse.
+A balloon takes whole cores (request / SMT width) unless the type spreads on physical cores, when each CPU is a
+core of its own and its sibling is left to others.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import lru_cache
+from typing import NamedTuple
+
+from placement.topology import COMPONENT_BALANCE, BalloonsPolicy, BalloonType
+
+# Check ids (shared with fit.py's).
+INSUFFICIENT_FREE = "insufficient-free"
+BALLOON_TYPE_CAPPED = "balloon-type-max-cpus"
+BALLOON_TYPE_MISSING = "balloon-type-missing"
+NOT_NUMA_LOCAL = "balloon-not-numa-local"
+
+
+class Plan(NamedTuple):
+    per_numa: tuple[tuple[int, int], ...]  # (NUMA node id, whole cores), by NUMA id
+    types: tuple[str, ...]  # every balloon type instantiated: the composite and each component
+    cpus: int  # logical CPUs the balloon holds
+
+
+class Refusal(NamedTuple):
+    check: str
+    reason: str  # names neither node nor pod: the class of refusal with its numbers
+    resolvable: bool  # could freeing capacity on this node change it?
+
+
+Instances = Callable[[str], int]
+
+
+def _no_instances(name: str) -> int:
+    return 0
+
+
+def balloon_cpus(btype: BalloonType, milli: int) -> int:
+    return max(1, math.ceil(milli / 1000), btype.min_cpus)
+
+
+def plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: tuple[int, ...], tpc: int,
+         instances: Instances = _no_instances) -> Plan | Refusal:
+    """The balloon the plugin creates for a container of `milli` CPU in `btype`, on a node with `free` whole
+    cores per NUMA node and `instances` balloons of each type."""
+    left = list(free)
+    parts: dict[int, int] = {}
+    types: list[str] = []
+    cpus = _plan(policy, btype, milli, left, tpc, instances, parts, types)
+    if isinstance(cpus, Refusal):
+        return cpus
+    return Plan(tuple(sorted(parts.items())), tuple(types), cpus)
+
+
+@lru_cache(maxsize=4096)
+def plan_empty(policy: BalloonsPolicy, btype: BalloonType, milli: int, capacity: tuple[int, ...], tpc: int
+               ) -> Plan | Refusal:
+    """`plan` on an empty node of this shape: a refusal here no eviction can change. Memoised: a fleet has a
+    few shapes and policies, asked about for thousands of nodes."""
+    return plan(policy, btype, milli, capacity, tpc)
+
+
+def _balanced(comps: list[BalloonType], instances: Instances) -> int:
+    return min(range(len(comps)), key=lambda i: (instances(comps[i].name), i))
+
+
+def _plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: list[int], tpc: int,
+          instances: Instances, parts: dict[int, int], types: list[str]) -> int | Refusal:
+    """Place `btype`'s balloon(s) into `free` (updated), recording them in `parts` and `types`; the logical CPUs
+    they hold, or why the plugin would fail the container or leave its NUMA node."""
+    types.append(btype.name)
+    asked = max(1, math.ceil(milli / 1000))
+    if btype.max_cpus and asked > btype.max_cpus:
+        return Refusal(BALLOON_TYPE_CAPPED,
+                       f"balloon type {btype.name} holds at most maxCPUs={btype.max_cpus} CPUs and this needs "
+                       f"{asked}", False)
+    if not btype.composite:
+        cpus = balloon_cpus(btype, milli)
+        cores = cpus if policy.spreads(btype) else math.ceil(cpus / tpc)
+        numa = _numa_for(policy, btype, cores, free, tpc)
+        if isinstance(numa, Refusal):
+            return numa
+        free[numa] -= cores
+        parts[numa] = parts.get(numa, 0) + cores
+        return cpus
+    comps = [policy.balloon_type(c) for c in btype.components]
+    missing = [c for c, t in zip(btype.components, comps) if t is None]
+    if missing:
+        return Refusal(BALLOON_TYPE_MISSING,
+                       f"composite balloon type {btype.name} names component type {missing[0]}, which the "
+                       "BalloonsPolicy does not define", False)
+    known: list[BalloonType] = comps  # type: ignore[assignment]
+    if btype.component_creation == COMPONENT_BALANCE:
+        return _plan(policy, known[_balanced(known, instances)], milli, free, tpc, instances, parts, types)
+    total = 0
+    for comp in known:
+        cpus = _plan(policy, comp, milli // len(known), free, tpc, instances, parts, types)
+        if isinstance(cpus, Refusal):
+            return cpus
+        total += cpus
+    return total
+
+
+def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list[int], tpc: int) -> int | Refusal:
+    need = f"{cores} free core{'s' if cores != 1 else ''}"
+    if btype.close_numa is not None:
+        k = btype.close_numa
+        if k >= len(free):
+            return Refusal(NOT_NUMA_LOCAL, f"balloon type {btype.name} prefers NUMA node {k}, which a node with "
+                                           f"{len(free)} NUMA node{'s' if len(free) != 1 else ''} lacks", False)
+        if free[k] < cores:
+            return Refusal(INSUFFICIENT_FREE,
+                           f"balloon type {btype.name} is carved from NUMA node {k} and needs {need} there", True)
+        return k
+    allowed = list(range(len(free)))
+    if policy.numa_preferring:
+        for k in range(len(free)):
+            rest = [i for i in allowed if i != k]
+            if rest and sum(free[i] for i in rest) >= cores:
+                allowed = rest
+    fitting = [i for i in allowed if free[i] >= cores]
+    if not fitting:
+        return Refusal(NOT_NUMA_LOCAL if sum(free[i] for i in allowed) >= cores else INSUFFICIENT_FREE,
+                       f"balloon type {btype.name} needs {need} on one NUMA node", True)
+    if policy.topology_balancing:
+        return max(fitting, key=lambda i: (free[i], -i))
+    return min(fitting, key=lambda i: (free[i], i))
