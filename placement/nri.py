@@ -5,8 +5,9 @@ tests/peers/balloons), and tests/oracle holds this module to the real plugin:
 - a balloon holds ceil(request) logical CPUs, at least 1, at least minCPUs; a request above maxCPUs fails the
   container (MaxAvailMilliCpus), it is never clamped into a smaller balloon;
 - a composite type makes one balloon per component, each sized request / components (resizeCompositeBalloon);
-  with componentCreation balance-balloons, one balloon of the component type that has the fewest instances,
-  composites' components included, ties to the first listed (newCompositeBalloon);
+  with componentCreation balance-balloons, one balloon of the component type that, counted with every type
+  it is made of, has the fewest balloons, components included, ties to the first listed (newCompositeBalloon,
+  balloonsByDefIncludingComponents);
 - a plain type that prefers /sys/devices/system/node/nodeN is taken from NUMA node N when N has room; the
   preference is dropped otherwise (resizeCpusWithDevices), and we then refuse: where it would go is not NUMA-local
   by design;
@@ -77,8 +78,22 @@ def plan_empty(policy: BalloonsPolicy, btype: BalloonType, milli: int, capacity:
     return plan(policy, btype, milli, capacity, tpc)
 
 
-def _balanced(comps: list[BalloonType], instances: Instances) -> int:
-    return min(range(len(comps)), key=lambda i: (instances(comps[i].name), i))
+def _balanced(policy: BalloonsPolicy, comps: list[BalloonType], instances: Instances) -> int:
+    """balance-balloons: the component whose type, with every type it is composed of, has the fewest balloons
+    (balloonsByDefIncludingComponents), ties to the first listed. A block of NUMA nodes is thus chosen by how
+    many balloons its NUMA nodes already hold."""
+    return min(range(len(comps)), key=lambda i: (sum(instances(name) for name in _closure(policy, comps[i].name)), i))
+
+
+@lru_cache(maxsize=4096)
+def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
+    seen = [name]
+    for current in seen:
+        btype = policy.balloon_type(current)
+        for comp in btype.components if btype is not None else ():
+            if comp not in seen:
+                seen.append(comp)
+    return tuple(seen)
 
 
 def _plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: list[int], tpc: int,
@@ -108,7 +123,7 @@ def _plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: list[int
                        "BalloonsPolicy does not define", False)
     known: list[BalloonType] = comps  # type: ignore[assignment]
     if btype.component_creation == COMPONENT_BALANCE:
-        return _plan(policy, known[_balanced(known, instances)], milli, free, tpc, instances, parts, types)
+        return _plan(policy, known[_balanced(policy, known, instances)], milli, free, tpc, instances, parts, types)
     total = 0
     for comp in known:
         cpus = _plan(policy, comp, milli // len(known), free, tpc, instances, parts, types)

@@ -71,9 +71,9 @@ def test_tp1_goes_to_the_numa_node_with_fewest_balloons_and_tp_n_to_an_aligned_b
     second = fitmod.place(led, "b", demand(12), 2, "MostAllocated")
     assert (first.per_numa, second.per_numa) == (((0, 6),), ((1, 6),))  # balance-balloons over vllm-numa-N
     tp2 = fitmod.place(led, "c", demand(16, tp=2), 2, "MostAllocated")
-    # Blocks {0,1} and {2,3} have no instances yet: the first listed wins, one component on each NUMA node.
-    assert tp2.ok and tp2.per_numa == ((0, 4), (1, 4))
-    assert fitmod.place(led, "d", demand(16, tp=2), 2, "MostAllocated").per_numa == ((2, 4), (3, 4))
+    # A block is counted with its NUMA nodes' balloons: {0,1} holds two already, {2,3} none.
+    assert tp2.ok and tp2.per_numa == ((2, 4), (3, 4))
+    assert fitmod.place(led, "d", demand(16, tp=2), 2, "MostAllocated").per_numa == ((0, 4), (1, 4))
     assert led.free() == (5, 5, 11, 11)
 
 
