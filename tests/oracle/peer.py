@@ -58,12 +58,17 @@ from typing import Any
 
 import yaml
 
-from tests.oracle.sysfs import NodeShape, parse_cpulist, write_sysfs
+from placement.topology import CPUSet
+from tests.oracle.sysfs import NodeShape, write_sysfs
 from tests.peers.build import PEERS, _go, build
 
 BALLOON_KEY = "balloon.balloons.resource-policy.nri.io"
 NRI_PLUGINS = "github.com/containers/nri-plugins"
 CRD = "config/crd/bases/config.nri_balloonspolicies.yaml"
+
+
+def _cpus(text: str) -> frozenset[int]:
+    return CPUSet.parse(text).cpus
 
 
 class PeerError(RuntimeError):
@@ -117,7 +122,7 @@ class Placement:
 
     @classmethod
     def wire(cls, raw: dict[str, str]) -> Placement:
-        return cls(frozenset(parse_cpulist(raw.get("cpuset", ""))), frozenset(parse_cpulist(raw.get("mems", ""))))
+        return cls(frozenset(_cpus(raw.get("cpuset", ""))), frozenset(_cpus(raw.get("mems", ""))))
 
 
 @dataclass(frozen=True)
@@ -266,8 +271,8 @@ class BalloonsPeer:
         return self._placements(self._checked("containers").get("containers"))
 
     def balloons(self) -> list[Balloon]:
-        return [Balloon(b["name"], b["type"], int(b["instance"]), frozenset(parse_cpulist(b["cpuset"])),
-                        frozenset(parse_cpulist(b["shared_cpuset"])), tuple(b["containers"]))
+        return [Balloon(b["name"], b["type"], int(b["instance"]), frozenset(_cpus(b["cpuset"])),
+                        frozenset(_cpus(b["shared_cpuset"])), tuple(b["containers"]))
                 for b in self._checked("balloons").get("balloons") or []]
 
     def zones(self) -> list[dict[str, Any]]:

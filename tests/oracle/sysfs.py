@@ -9,8 +9,11 @@ online/possible/present sets, and /proc/interrupts; this writes exactly those fi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from placement.topology import CPUSet
 
 
 @dataclass(frozen=True)
@@ -66,28 +69,9 @@ class NodeShape:
         return 12 if a // self.numa_per_package == b // self.numa_per_package else 21
 
 
-def cpulist(cpus: list[int] | set[int]) -> str:
-    """Linux's list format: ranges of consecutive IDs, comma-separated ("0-3,8-11")."""
-    ordered = sorted(cpus)
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
-def parse_cpulist(text: str) -> set[int]:
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
+def cpulist(cpus: Iterable[int]) -> str:
+    """Linux's list format ("0-3,8-11")."""
+    return str(CPUSet.of(cpus))
 
 
 def _write(path: Path, text: str) -> None:
