@@ -46,6 +46,8 @@ def subject_of(obj: Any, namespace: str = "") -> Subject:
         replicas = spec.get("replicas", 1)
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise NotAdmissible(f"{kind} spec.replicas {replicas!r} is not a whole number ≥ 0")
+        if not isinstance(template.get("metadata") or {}, Mapping):
+            raise NotAdmissible(f"{kind} spec.template.metadata is not an object")
         tmeta = dict(template.get("metadata") or {})
         tmeta["namespace"] = ns
         tmeta.setdefault("name", f"{meta.get('name', '')}")

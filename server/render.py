@@ -20,7 +20,7 @@ from placement.affinity import node_matches
 from placement.cluster import ClusterState, NodeInfo
 from placement.mutation import mutate_pod
 from webhook.patch import apply_patch
-from webhook.review import ReviewError, parse_review
+from webhook.review import POD_SHAPE, WORKLOAD_SHAPE, ReviewError, parse_review, shape_problem
 from webhook.routes import Context, Outcome, mutate_review, validate_review
 
 # Exit codes (DESIGN.md's command line).
@@ -46,7 +46,10 @@ def patch_of(outcome: Outcome) -> list[dict[str, Any]]:
     return orjson.loads(base64.b64decode(encoded)) if encoded else []
 
 
-def _verdict(outcome: Outcome) -> dict[str, Any]:
+def _verdict(outcome: Outcome | None) -> dict[str, Any]:
+    """An answer as the apiserver reads it; None: the webhook was not asked."""
+    if outcome is None:
+        return {"allowed": True, "decision": "not-asked", "reason": "", "message": "", "warnings": []}
     response = outcome.review["response"]
     return {"allowed": response["allowed"], "decision": outcome.decision, "reason": outcome.reason,
             "message": (response.get("status") or {}).get("message", ""), "warnings": response.get("warnings", [])}
@@ -62,29 +65,33 @@ def render_one(obj: Any, state: ClusterState, uid: str, taints: Mapping[str, lis
     if kind not in JUDGED:
         return {"object": f"{kind or 'object without a kind'}", "exit": BAD_INPUT,
                 "error": f"kind {kind!r} is not judged here; expected Pod, Deployment or StatefulSet"}
+    label = f"{kind} {_display(obj)}"
     try:
         if kind == "Pod":
-            mutated = _mutated_pod(obj, state, uid)
-            entry = mutated | {"object": f"Pod {_display(obj)}"}
-            judged = entry["mutated"]
+            entry = {"object": label, **_mutated_pod(obj, state, uid)}
+            judged = entry["mutated"]  # the apiserver validates the patched pod
         else:
-            entry = {"object": f"{kind} {_display(obj)}"}
-            template = subject_of(obj).pod
-            pod = _mutated_pod({**template, "metadata": dict(template["metadata"])}, state, uid)
-            entry["mutation"] = pod["mutation"]
-            entry["patch"] = pod["patch"]
-            entry["mutated"] = _with_template(obj, pod["mutated"])
+            # What each replica gets from /mutate, shown in the template; the workload itself is not patched.
+            entry = {"object": label, "mutation": _verdict(None), "patch": [], "mutated": obj}
+            if shape_problem(obj, WORKLOAD_SHAPE) is None:
+                pod = _mutated_pod(dict(subject_of(obj).pod), state, uid)
+                entry.update(pod, mutated=_with_template(obj, pod["mutated"]))
             judged = obj
         outcome = validate_review(parse_review(admission_review(judged, uid)), Context(state))
     except (NotAdmissible, ReviewError) as exc:
-        return {"object": f"{kind} {_display(obj)}", "exit": BAD_INPUT, "error": str(exc)}
+        return {"object": label, "exit": BAD_INPUT, "error": str(exc)}
     entry["verdict"] = _verdict(outcome)
     if outcome.reason == "unreadable":
         entry["exit"] = BAD_INPUT
     else:
         entry["exit"] = ADMITTED if entry["verdict"]["allowed"] else REFUSED
-    subject = subject_of(entry["mutated"])
-    entry.update(_nodes(dict(subject.pod), state, taints))
+    try:
+        subject = subject_of(entry["mutated"])
+    except NotAdmissible:
+        return entry  # nothing any node could be asked about
+    pod = dict(subject.pod)
+    if shape_problem(pod, POD_SHAPE) is None:  # what /mutate reads before it judges; the extender reads less
+        entry.update(_nodes(pod, state, taints))
     if entry.get("demand"):
         entry["demand"]["replicas"] = subject.replicas
     return entry

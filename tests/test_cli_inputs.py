@@ -1,8 +1,9 @@
 """Every broken input an operator can hand the command line: one sentence naming it, exit 2, no traceback.
-Each test runs the real console script, as the operator does."""
+Each test runs the real console script, as the operator does (the field-by-field one calls `render` in-process)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -332,7 +333,9 @@ def test_render_objects_it_does_not_judge_are_bad_input(tmp_path: Path) -> None:
     out = run("render", "-", "-o", "json", stdin=yaml.safe_dump(deployment))
     assert out.returncode == 2, out.stderr
     [entry] = json.loads(out.stdout)
-    assert "spec.replicas" in entry["error"] and "'lots'" in entry["error"]
+    verdict = entry["verdict"]  # the server's answer: a model workload it cannot read is refused
+    assert verdict["allowed"] is False and verdict["reason"] == "unreadable"
+    assert "cannot read it: spec.replicas is a JSON string, expected a whole number" in verdict["message"]
 
 
 def test_serve_says_when_it_judges_against_the_demo_fleet() -> None:
@@ -355,6 +358,42 @@ def test_report_reads_as_a_table() -> None:
 
 
 def test_yaml_output_keeps_unicode() -> None:
-    out = run("render", str(ROOT / "examples/tp4-too-big.yaml"), "-o", "yaml")
-    assert out.returncode == 3
-    assert "×" in out.stdout and "\\xD7" not in out.stdout
+    pod = model_pod(description="Modèle × 2 — démo")
+    out = run("render", "-", "-o", "yaml", stdin=yaml.safe_dump(pod, allow_unicode=True))
+    assert out.returncode == 0, out.stderr
+    assert "description: Modèle × 2 — démo" in out.stdout and "\\x" not in out.stdout and "\\u" not in out.stdout
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return [p for key, child in children for p in (prefix + (key,), *_paths(child, prefix + (key,)))]
+
+
+def test_render_answers_every_malformed_field_without_a_crash() -> None:
+    """Each field of a model pod and of a model Deployment replaced by a value of the wrong type: render gives
+    an answer (exit 0, 2 or 3) for every one, as the server does, and prints it."""
+    import io
+
+    from placement.cluster import ClusterState
+    from placement.config import Settings
+    from server.cli import demo_text, load_objects
+    from server.render import dump_yaml, print_text, render
+
+    state = ClusterState.from_objects(load_objects(demo_text()), Settings())
+    junk = ["x", 5, None, [1], {"a": None}, True]
+    tried = 0
+    for path in (TP1, ROOT / "examples/deployment-tp2.yaml"):
+        base = yaml.safe_load(path.read_text())
+        for where in _paths(base):
+            for value in junk:
+                obj = copy.deepcopy(base)
+                parent = obj
+                for key in where[:-1]:
+                    parent = parent[key]
+                parent[where[-1]] = value
+                [entry] = render([obj], state)
+                assert entry["exit"] in (0, 2, 3), (where, value)
+                print_text([entry], io.StringIO())
+                dump_yaml([entry], many=True)
+                tried += 1
+    assert tried > 300
