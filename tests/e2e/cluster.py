@@ -1,0 +1,498 @@
+"""A real Kubernetes control plane on loopback, with model-placement installed from manifests/.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler come from one multi-call binary built from the
+pinned Kubernetes release (tests/peers/kube). There is no kubelet: Node objects carry the status a kubelet would
+report, and bound pods simply stay Pending. Our webhook and extender run as local processes with the args their
+containers get in the rendered manifests; only what cannot exist outside a pod is rewritten (see `local_args`).
+Every component logs to its own file under the cluster's directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import urllib3
+import yaml
+
+from certs import make_ca, make_serving_cert, write_bundle
+from tests.peers.build import build
+
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = Path(os.environ.get("MODEL_PLACEMENT_CRDS", ROOT.parent / "shared" / "fixtures" / "crds"))
+NAMESPACE = "model-placement"
+SERVICE = "model-placement-webhook"
+ADMIN_TOKEN = "e2e-admin-token"
+LOOPBACK = "127.0.0.1"
+
+# The controllers the product relies on: Deployments -> ReplicaSets -> pods, owner-reference cleanup, each
+# namespace's default ServiceAccount (the ServiceAccount admission plugin refuses pods without it), PDB status.
+# Not node-lifecycle: with no kubelet it would taint every Node unreachable.
+CONTROLLERS = ",".join([
+    "deployment-controller", "replicaset-controller", "garbage-collector-controller", "serviceaccount-controller",
+    "namespace-controller", "root-ca-certificate-publisher-controller", "disruption-controller",
+])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except AssertionError:
+            raise  # a check's own verdict that waiting cannot change (a process exited)
+        except Exception as exc:  # noqa: BLE001 - what the check raised is the reason it is not there yet
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@dataclass
+class Component:
+    """One process of the cluster, its output in `log`."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Component:
+        out = open(self.log, "ab")
+        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     cwd=ROOT, env={**os.environ, **self.env}, start_new_session=True)
+        out.close()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 20) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def restart(self) -> Component:
+        self.stop()
+        return self.start()
+
+    def tail(self, lines: int = 40) -> str:
+        if not self.log.exists():
+            return ""
+        # etcd's per-request "request stats" warnings would crowd out everything else
+        kept = [line for line in self.log.read_text(errors="replace").splitlines() if '"request stats"' not in line]
+        return "\n".join(kept[-lines:])
+
+
+def _kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+        "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
+    }))
+    return path
+
+
+class Api:
+    """Direct JSON calls to the apiserver, for setting up fleets faster than kubectl could."""
+
+    def __init__(self, server: str, ca: Path, token: str) -> None:
+        self.server = server
+        self.http = urllib3.PoolManager(maxsize=16, ca_certs=str(ca), cert_reqs="CERT_REQUIRED")
+        self.auth = {"Authorization": f"Bearer {token}"}
+
+    def call(self, method: str, path: str, body: Any = None, *, ok: Iterable[int] = (200, 201),
+             content_type: str = "application/json") -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        resp = self.http.request(method, self.server + path, body=data, timeout=30,
+                                 headers={**self.auth, "Content-Type": content_type, "Accept": "application/json"})
+        if resp.status not in ok:
+            raise AssertionError(f"{method} {path}: {resp.status} {resp.data[:500].decode(errors='replace')}")
+        return json.loads(resp.data) if resp.data else None
+
+    def get(self, path: str) -> Any:
+        return self.call("GET", path)
+
+    def create_many(self, path_of: Callable[[dict[str, Any]], str], objects: list[dict[str, Any]],
+                    workers: int = 8) -> None:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda o: self.call("POST", path_of(o), o), objects))
+
+
+class Cluster:
+    """The control plane (started by `start`) and model-placement installed on it (`install`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.logs = root / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.kube = str(build("kube"))
+        self.components: dict[str, Component] = {}
+        self.api_port = free_port()
+        self.server = f"https://{LOOPBACK}:{self.api_port}"
+        self.pki = root / "pki"
+        self.rendered: list[dict[str, Any]] = []
+        self.ports = {"webhook": free_port(), "extender": free_port()}
+        # Where the apiserver and kube-scheduler call us: our servers, unless a recording proxy stands in front.
+        self.front = dict(self.ports)
+
+    # -- control plane ---------------------------------------------------------------------------------
+
+    def _component(self, name: str, args: list[str], env: dict[str, str] | None = None,
+                   argv0: list[str] | None = None) -> Component:
+        comp = Component(name, [*(argv0 or [self.kube, name]), *args], self.logs / f"{name}.log", env or {})
+        self.components[name] = comp
+        return comp.start()
+
+    def _pki(self) -> None:
+        self.pki.mkdir(exist_ok=True)
+        ca = make_ca("e2e-kubernetes-ca")
+        serving = make_serving_cert(ca, "kubernetes", "default", extra_sans=("localhost", LOOPBACK))
+        (self.pki / "ca.crt").write_bytes(ca.cert_pem)
+        (self.pki / "apiserver.crt").write_bytes(serving.cert_pem)
+        (self.pki / "apiserver.key").write_bytes(serving.key_pem)
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        (self.pki / "sa.key").write_bytes(sa.private_bytes(serialization.Encoding.PEM,
+                                                           serialization.PrivateFormat.TraditionalOpenSSL,
+                                                           serialization.NoEncryption()))
+        (self.pki / "sa.pub").write_bytes(sa.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        (self.pki / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,admin-uid,system:masters\n")
+        self.admin_kubeconfig = _kubeconfig(self.root / "admin.kubeconfig", self.server, self.pki / "ca.crt",
+                                            ADMIN_TOKEN, "admin")
+        self.api = Api(self.server, self.pki / "ca.crt", ADMIN_TOKEN)
+
+    def start(self) -> Cluster:
+        self._pki()
+        etcd_port = free_port()
+        self._component("etcd", [f"--data-dir={self.root / 'etcd'}", f"--listen-client-urls=http://{LOOPBACK}:{etcd_port}",
+                                 f"--listen-peer-urls=http://{LOOPBACK}:{free_port()}", "--unsafe-no-fsync"])
+        self.apiserver_args = [
+            f"--etcd-servers=http://{LOOPBACK}:{etcd_port}",
+            f"--bind-address={LOOPBACK}", f"--advertise-address={LOOPBACK}", f"--secure-port={self.api_port}",
+            f"--tls-cert-file={self.pki / 'apiserver.crt'}", f"--tls-private-key-file={self.pki / 'apiserver.key'}",
+            f"--client-ca-file={self.pki / 'ca.crt'}", f"--token-auth-file={self.pki / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={self.pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            # The kubernetes Service's endpoint would be 127.0.0.1, which Endpoints validation forbids.
+            "--endpoint-reconciler-type=none",
+            # It taints every new Node not-ready until the node-lifecycle controller sees a kubelet's Ready
+            # heartbeat; with no kubelet (and no node-lifecycle controller) the taint would never go.
+            "--disable-admission-plugins=TaintNodesByCondition",
+            f"--cert-dir={self.root / 'apiserver-certs'}",
+            "--profiling=false",
+        ]
+        self._component("kube-apiserver", self.apiserver_args)
+        self.wait_apiserver()
+        self._component("kube-controller-manager", [
+            f"--kubeconfig={self.admin_kubeconfig}", f"--authentication-kubeconfig={self.admin_kubeconfig}",
+            f"--authorization-kubeconfig={self.admin_kubeconfig}",
+            f"--bind-address={LOOPBACK}", f"--secure-port={free_port()}", "--leader-elect=false",
+            f"--controllers={CONTROLLERS}", f"--root-ca-file={self.pki / 'ca.crt'}",
+            "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-replicaset-syncs=10",
+        ])
+        return self
+
+    def wait_apiserver(self, timeout: float = 90) -> None:
+        apiserver = self.components["kube-apiserver"]
+
+        def ready() -> bool:
+            if not apiserver.alive():
+                raise AssertionError("kube-apiserver exited:\n" + apiserver.tail())
+            return self.api.http.request("GET", self.server + "/readyz", timeout=5, retries=False).status == 200
+
+        wait_until("kube-apiserver /readyz", ready, timeout)
+
+    def restart_apiserver(self) -> None:
+        self.components["kube-apiserver"].restart()
+        self.wait_apiserver()
+
+    def stop(self) -> None:
+        for comp in reversed(list(self.components.values())):
+            comp.stop()
+
+    def tails(self, lines: int = 30) -> str:
+        return "\n".join(f"----- {c.name} ({c.log}) -----\n{c.tail(lines)}" for c in self.components.values())
+
+    # -- kubectl ----------------------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                kubeconfig: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([self.kube, "kubectl", f"--kubeconfig={kubeconfig or self.admin_kubeconfig}", *args],
+                              input=input, capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stderr}{done.stdout}")
+        return done
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def service_account_kubeconfig(self, name: str, namespace: str = NAMESPACE) -> Path:
+        """What a pod running as this ServiceAccount would authenticate with: a TokenRequest token."""
+        token = self.api.call("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                              {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                               "spec": {"expirationSeconds": 86400}})["status"]["token"]
+        return _kubeconfig(self.root / f"{name}.kubeconfig", self.server, self.pki / "ca.crt", token,
+                           f"system:serviceaccount:{namespace}:{name}")
+
+    # -- model-placement from manifests/ -----------------------------------------------------------------
+
+    def render_manifests(self) -> list[dict[str, Any]]:
+        """`kubectl kustomize manifests/` over a copy whose certs/ holds a fresh bundle (also valid for the
+        loopback address the apiserver calls the webhook on)."""
+        copy_dir = self.root / "manifests"
+        shutil.rmtree(copy_dir, ignore_errors=True)
+        shutil.copytree(ROOT / "manifests", copy_dir, ignore=shutil.ignore_patterns("tls.*", "ca.crt"))
+        self.tls = write_bundle(SERVICE, NAMESPACE, copy_dir / "certs", extra_sans=(LOOPBACK,))
+        text = self.kubectl("kustomize", str(copy_dir)).stdout
+        self.rendered = [d for d in yaml.safe_load_all(text) if d]
+        return self.rendered
+
+    def find(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        for doc in self.rendered:
+            if doc["kind"] == kind and (name is None or doc["metadata"]["name"].startswith(name)):
+                return doc
+        raise AssertionError(f"the rendered manifests have no {kind} {name or ''}")
+
+    def install(self) -> None:
+        """CRDs, then everything manifests/ renders, the webhook clientConfig pointed at our local webhook."""
+        self.kubectl("apply", "--server-side", "-f", str(CRDS))
+        for crd in ("balloonspolicies.config.nri", "noderesourcetopologies.topology.node.k8s.io"):
+            self.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        self.render_manifests()
+        docs = copy.deepcopy(self.rendered)
+        for doc in docs:
+            if doc["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                for hook in doc["webhooks"]:
+                    svc = hook["clientConfig"]["service"]
+                    hook["clientConfig"] = {"url": f"https://{LOOPBACK}:{self.front['webhook']}{svc['path']}",
+                                            "caBundle": hook["clientConfig"]["caBundle"]}
+        self.applied = docs
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+    def container(self, deployment: str, name: str) -> dict[str, Any]:
+        spec = self.find("Deployment", deployment)["spec"]["template"]["spec"]
+        for c in spec["containers"]:
+            if c["name"] == name:
+                return c
+        raise AssertionError(f"Deployment {deployment} has no container {name}")
+
+    def materialize_volumes(self, deployment: str, container: dict[str, Any]) -> dict[str, Path]:
+        """Each mounted ConfigMap/Secret volume written to a local dir, as the kubelet would: mountPath -> dir."""
+        spec = self.find("Deployment", deployment)["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        mounts: dict[str, Path] = {}
+        for mount in container.get("volumeMounts", []):
+            vol = volumes[mount["name"]]
+            local = self.root / "volumes" / deployment / mount["name"]
+            local.mkdir(parents=True, exist_ok=True)
+            if "configMap" in vol:
+                for key, value in self.find("ConfigMap", vol["configMap"]["name"])["data"].items():
+                    (local / key).write_text(value)
+            elif "secret" in vol:
+                for key, value in self.find("Secret", vol["secret"]["secretName"])["data"].items():
+                    (local / key).write_bytes(base64.b64decode(value))
+                    (local / key).chmod(0o600)
+            mounts[mount["mountPath"]] = local
+        return mounts
+
+    def local_args(self, args: list[str], mounts: dict[str, Path], kubeconfig: Path, port: int) -> list[str]:
+        """The container's args as they run here. Rewritten, and nothing else: `--in-cluster` becomes the
+        ServiceAccount's kubeconfig (no pod, so no mounted token); mounted paths become their local copies;
+        `--host` is loopback (never any other address here); `--port` a free port."""
+        out = []
+        for arg in args:
+            flag, eq, value = arg.partition("=")
+            if arg == "--in-cluster":
+                arg = f"--kubeconfig={kubeconfig}"
+            elif flag == "--host" and eq:
+                arg = f"--host={LOOPBACK}"
+            elif flag == "--port" and eq:
+                arg = f"--port={port}"
+            else:
+                for mount, local in mounts.items():
+                    if value.startswith(mount + "/"):
+                        arg = f"{flag}={local}{value[len(mount):]}"
+            out.append(arg)
+        return out
+
+    def start_model_placement(self, which: str) -> Component:
+        """Our webhook (`which` = webhook) or extender, with the args and env of its container."""
+        deployment, name, sa = {
+            "webhook": ("model-placement-webhook", "webhook", "model-placement-webhook"),
+            "extender": ("model-placement-scheduler", "extender", "model-placement-scheduler"),
+        }[which]
+        container = self.container(deployment, name)
+        mounts = self.materialize_volumes(deployment, container)
+        kubeconfig = self.service_account_kubeconfig(sa)
+        env = {e["name"]: e.get("value", NAMESPACE if "fieldRef" in e.get("valueFrom", {}) else "")
+               for e in container.get("env", [])}
+        args = self.local_args(container["args"], mounts, kubeconfig, self.ports[which])
+        self.mounts = getattr(self, "mounts", {}) | {which: mounts}
+        comp = self._component(which, args, env, argv0=[sys.executable, "-m", "server.cli"])
+        self.wait_ready(which)
+        return comp
+
+    def tls_context(self, client: bool) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.tls.ca_file))
+        ctx.check_hostname = False  # the bundle is issued for the Service names (and 127.0.0.1)
+        if client:
+            ctx.load_cert_chain(self.tls.cert_file, self.tls.key_file)
+        return ctx
+
+    def get_ours(self, which: str, path: str, timeout: float = 5) -> tuple[int, bytes]:
+        http = urllib3.PoolManager(ssl_context=self.tls_context(client=which == "extender"), assert_hostname=False)
+        resp = http.request("GET", f"https://{LOOPBACK}:{self.ports[which]}{path}", timeout=timeout, retries=False)
+        return resp.status, resp.data
+
+    def wait_ready(self, which: str, timeout: float = 60) -> None:
+        comp = self.components[which]
+
+        def ready() -> bool:
+            if not comp.alive():
+                raise AssertionError(f"{which} exited with {comp.proc.returncode if comp.proc else '?'}:\n"
+                                     f"{comp.tail()}")
+            return self.get_ours(which, "/readyz")[0] == 200
+
+        wait_until(f"{which} /readyz", ready, timeout)
+
+    def start_scheduler(self, component: str = "kube-scheduler",
+                        edit: Callable[[dict[str, Any]], None] | None = None) -> Component:
+        """kube-scheduler with the manifests' KubeSchedulerConfiguration; rewritten: the extender's urlPrefix,
+        its TLS file paths, and clientConnection.kubeconfig (the ServiceAccount's token, as in-cluster).
+        `edit` changes the configuration further (the bench's scheduler without the extender)."""
+        container = self.container("model-placement-scheduler", "kube-scheduler")
+        mounts = {}  # a copy per scheduler process: each may have its own configuration
+        for mount, local in self.materialize_volumes("model-placement-scheduler", container).items():
+            mounts[mount] = self.root / "volumes" / component / Path(mount).name
+            shutil.copytree(local, mounts[mount], dirs_exist_ok=True)
+        tls_dir = self.mounts["extender"]["/etc/model-placement-tls"]
+        kubeconfig = self.service_account_kubeconfig("model-placement-scheduler")
+        for mount, local in mounts.items():
+            for path in local.glob("*.yaml"):
+                config = yaml.safe_load(path.read_text())
+                if config.get("kind") != "KubeSchedulerConfiguration":
+                    continue
+                for ext in config.get("extenders", []):
+                    ext["urlPrefix"] = f"https://{LOOPBACK}:{self.front['extender']}"
+                    tls = ext.get("tlsConfig", {})
+                    for key in ("caFile", "certFile", "keyFile"):
+                        if key in tls:
+                            tls[key] = str(tls_dir / Path(tls[key]).name)
+                config.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
+                if edit:
+                    edit(config)
+                path.write_text(yaml.safe_dump(config))
+        args = self.local_args(container["command"][1:], mounts, kubeconfig, 0)
+        # Its secure port would otherwise listen on every address.
+        self.ports[component] = free_port()
+        args += [f"--bind-address={LOOPBACK}", f"--secure-port={self.ports[component]}"]
+        return self._component(component, args, argv0=[self.kube, "kube-scheduler"])
+
+    # -- fleet ----------------------------------------------------------------------------------------------
+
+    def create_namespace(self, name: str, enabled: bool) -> None:
+        labels = {"model-placement.io/enabled": "true"} if enabled else {}
+        self.api.call("POST", "/api/v1/namespaces",
+                      {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+        wait_until(f"the default ServiceAccount of {name}",
+                   lambda: self.api.call("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default", ok=(200, 404))
+                   .get("kind") == "ServiceAccount")
+
+    def create_nodes(self, nodes: list[dict[str, Any]]) -> None:
+        self.api.create_many(lambda o: "/api/v1/nodes", nodes)
+
+    def create_pods(self, pods: list[dict[str, Any]]) -> None:
+        self.api.create_many(lambda o: f"/api/v1/namespaces/{o['metadata']['namespace']}/pods", pods)
+
+    def delete_deployment(self, namespace: str, name: str, selector: str) -> None:
+        """Delete it and force its pods away: with no kubelet, a graceful pod delete never completes."""
+        self.kubectl("-n", namespace, "delete", "deployment", name, "--wait=false", check=False)
+
+        def gone() -> bool:
+            if not self.pods(namespace, selector):
+                return True
+            # again: its ReplicaSet may have created more before the garbage collector deleted it
+            self.kubectl("-n", namespace, "delete", "pods", "-l", selector, "--grace-period=0", "--force",
+                         check=False)
+            return False
+
+        wait_until(f"the pods of {name} gone", gone, timeout=60, every=1)
+
+    def pods(self, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        query = f"?labelSelector={selector}" if selector else ""
+        return self.api.get(f"/api/v1/namespaces/{namespace}/pods{query}")["items"]
+
+
+def node(name: str, *, numa: int, cores_per_numa: int, smt: bool = True, amx: bool = True,
+         labels: dict[str, str] | None = None, memory_gi: int = 1024) -> dict[str, Any]:
+    """A Node as a kubelet with NFD would register it, Ready, with no kubelet behind it."""
+    cpus = numa * cores_per_numa * (2 if smt else 1)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    resources = {"cpu": str(cpus), "memory": f"{memory_gi}Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "feature.node.kubernetes.io/cpu-hardware_multithreading": "true" if smt else "false",
+            "feature.node.kubernetes.io/memory-numa.node_count": str(numa),
+            "feature.node.kubernetes.io/memory-numa": "true" if numa > 1 else "false",
+            "feature.node.kubernetes.io/cpu-security.amx.enabled": "true" if amx else "false",
+            **(labels or {}),
+        }},
+        "spec": {},
+        "status": {
+            "capacity": resources, "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status", "lastHeartbeatTime": now,
+                            "lastTransitionTime": now}],
+            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.35.4",
+                         "containerRuntimeVersion": "containerd://2.1.0", "kernelVersion": "6.8.0",
+                         "osImage": "Ubuntu 24.04", "kubeProxyVersion": "", "machineID": "", "systemUUID": "",
+                         "bootID": ""},
+        },
+    }
+
+
+def iter_events(cluster: Cluster, namespace: str, involved: str) -> Iterator[dict[str, Any]]:
+    for ev in cluster.api.get(f"/api/v1/namespaces/{namespace}/events")["items"]:
+        if ev["involvedObject"].get("name") == involved:
+            yield ev
