@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import tempfile
 import threading
@@ -65,6 +66,7 @@ from tests.peers.build import PEERS, _go, build
 BALLOON_KEY = "balloon.balloons.resource-policy.nri.io"
 NRI_PLUGINS = "github.com/containers/nri-plugins"
 CRD = "config/crd/bases/config.nri_balloonspolicies.yaml"
+SHM = "/dev/shm"
 
 
 def _cpus(text: str) -> frozenset[int]:
@@ -186,13 +188,15 @@ class BalloonsPeer:
     def __init__(self, shape: NodeShape, policy: dict[str, Any], *, timeout: float = 120) -> None:
         self.shape = shape
         self.timeout = timeout
-        self._dir = tempfile.TemporaryDirectory(prefix="balloons-node-")
+        # A node's sysfs is thousands of small files: in memory when the machine has a tmpfs for it.
+        self._dir = tempfile.TemporaryDirectory(prefix="balloons-node-", dir=SHM if os.access(SHM, os.W_OK) else None)
         root = write_sysfs(Path(self._dir.name) / "host", shape)
         config = Path(self._dir.name) / "policy.yaml"
         config.write_text(yaml.safe_dump(policy_object(policy)))
         self._stderr = open(Path(self._dir.name) / "stderr", "w+b")
         self.proc = subprocess.Popen([str(build("balloons")), "-host-root", str(root), "-config-file", str(config)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     env={**os.environ, "TMPDIR": self._dir.name})  # its socket dir goes with ours
         try:
             hello = self._read()
         except PeerError:

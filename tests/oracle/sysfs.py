@@ -9,6 +9,7 @@ online/possible/present sets, and /proc/interrupts; this writes exactly those fi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,24 +75,19 @@ def cpulist(cpus: Iterable[int]) -> str:
     return str(CPUSet.of(cpus))
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
-
-
-def write_sysfs(root: Path, shape: NodeShape) -> Path:
-    """Lay out root/sys for shape and return root (the plugin's --host-root)."""
-    system = root / "sys" / "devices" / "system"
-    cpu_dir, node_dir = system / "cpu", system / "node"
+def sysfs_files(shape: NodeShape) -> tuple[dict[str, str], dict[str, str]]:
+    """The files (path under the host root -> content) and symlinks (path -> target) of shape's sysfs."""
+    files: dict[str, str] = {}
+    links: dict[str, str] = {}
+    cpu_dir, node_dir = "sys/devices/system/cpu", "sys/devices/system/node"
     everything = cpulist(range(shape.cpus))
     for name in ("possible", "present", "online"):
-        _write(cpu_dir / name, everything)
-    _write(cpu_dir / "isolated", "")
-    _write(cpu_dir / "offline", "")
-    _write(cpu_dir / "kernel_max", "8191")
+        files[f"{cpu_dir}/{name}"] = everything
+    files[f"{cpu_dir}/isolated"] = files[f"{cpu_dir}/offline"] = ""
+    files[f"{cpu_dir}/kernel_max"] = "8191"
     for cpu in range(shape.cpus):
         core, numa, package = shape.core_of(cpu), shape.numa_of(cpu), shape.package_of(cpu)
-        here = cpu_dir / f"cpu{cpu}"
+        here = f"{cpu_dir}/cpu{cpu}"
         siblings = cpulist(shape.threads(core))
         package_cpus = cpulist(shape.package_cpus(package))
         topology = {
@@ -102,27 +98,38 @@ def write_sysfs(root: Path, shape: NodeShape) -> Path:
             "cluster_cpus_list": siblings,
         }
         for name, value in topology.items():
-            _write(here / "topology" / name, value)
-        _write(here / "online", "1")
+            files[f"{here}/topology/{name}"] = value
+        files[f"{here}/online"] = "1"
         caches = [(1, "Data", "48K", siblings, core), (1, "Instruction", "32K", siblings, core),
                   (2, "Unified", "2048K", siblings, core), (3, "Unified", "107520K", package_cpus, package)]
         for index, (level, kind, size, shared, ident) in enumerate(caches):
-            cache = here / "cache" / f"index{index}"
             for name, value in {"level": str(level), "type": kind, "size": size, "shared_cpu_list": shared,
                                 "id": str(ident)}.items():
-                _write(cache / name, value)
-        link = here / f"node{numa}"
-        link.symlink_to(Path("..") / ".." / "node" / f"node{numa}")
+                files[f"{here}/cache/index{index}/{name}"] = value
+        links[f"{here}/node{numa}"] = f"../../node/node{numa}"
     nodes = cpulist(range(shape.numa_nodes))
     for name in ("possible", "online", "has_cpu", "has_memory", "has_normal_memory"):
-        _write(node_dir / name, nodes)
+        files[f"{node_dir}/{name}"] = nodes
     kib = shape.memory_gib_per_numa * 1024 * 1024
     for numa in range(shape.numa_nodes):
-        here = node_dir / f"node{numa}"
-        _write(here / "cpulist", cpulist(shape.numa_cpus(numa)))
-        _write(here / "distance", " ".join(str(shape.distance(numa, other)) for other in range(shape.numa_nodes)))
-        _write(here / "meminfo", f"Node {numa} MemTotal:       {kib} kB\nNode {numa} MemFree:        {kib * 9 // 10} kB\n"
-                                  f"Node {numa} MemUsed:        {kib - kib * 9 // 10} kB")
+        here = f"{node_dir}/node{numa}"
+        files[f"{here}/cpulist"] = cpulist(shape.numa_cpus(numa))
+        files[f"{here}/distance"] = " ".join(str(shape.distance(numa, other)) for other in range(shape.numa_nodes))
+        files[f"{here}/meminfo"] = (f"Node {numa} MemTotal:       {kib} kB\nNode {numa} MemFree:        {kib * 9 // 10} kB\n"
+                                    f"Node {numa} MemUsed:        {kib - kib * 9 // 10} kB")
     # The plugin reads the interrupts it may steer at start-up; a node without device interrupts has none.
-    _write(root / "proc" / "interrupts", " ".join(f"CPU{cpu}" for cpu in range(shape.cpus)))
+    files["proc/interrupts"] = " ".join(f"CPU{cpu}" for cpu in range(shape.cpus))
+    return files, links
+
+
+def write_sysfs(root: Path, shape: NodeShape) -> Path:
+    """Lay out root/sys (and root/proc/interrupts) for shape and return root (the plugin's --host-root)."""
+    files, links = sysfs_files(shape)
+    for directory in sorted({os.path.dirname(path) for path in [*files, *links]}):
+        os.makedirs(root / directory, exist_ok=True)
+    for path, text in files.items():
+        with open(root / path, "w") as out:
+            out.write(text + "\n")
+    for path, target in links.items():
+        os.symlink(target, root / path)
     return root

@@ -1,0 +1,298 @@
+"""The ledger against the real NRI balloons plugin: random node shapes, policies and pod streams, played on both.
+
+Each scenario is a node (1/2/4/8 NUMA nodes, one or two packages, SMT on or off, 16-60 cores per NUMA node), a
+BalloonsPolicy (the one `balloons-policy` generates, or one of a few hand-written ones) and a stream of pod
+creates and deletes: model pods of TP 1/2/4/8 with random CPU requests, mutated by the real webhook code, some
+with sidecars; non-model pods in kube-system and other namespaces. Every model pod is first asked of the ledger
+(`ClusterState.fit`, the extender's question), then created on the plugin whatever the answer:
+- admitted by the ledger: it must run on the plugin, on exactly the NUMA nodes the ledger predicted (one per
+  rank), with the cores the ledger predicted on each, on no core another balloon holds; it stays on both;
+- refused by the ledger: what the plugin would have done is recorded, then the pod is removed from the plugin so
+  the two stay in step.
+A peer start costs seconds, so scenarios of one (shape, policy) share a peer: removing every pod returns the
+plugin to its state at start (empty balloons are deleted, shared ones deflate to their minimum).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from placement.balloons import NUMA_TYPE, node_balloons_policy
+from placement.cluster import ClusterState
+from placement.config import Settings
+from placement.demand import read_model_pod
+from placement.mutation import mutate_pod
+from placement.topology import SMT_LABEL, linux_layout
+from tests.oracle.peer import BalloonsPeer, Container, Pod
+from tests.oracle.sysfs import NodeShape
+
+SETTINGS = Settings(require_amx=False)
+NODE = "node-0"
+STREAMS_PER_PEER = 5
+GROUPS = int(__import__("os").environ.get("ORACLE_GROUPS", "64"))  # x STREAMS_PER_PEER scenarios
+EVENTS = 24
+POLICIES = ("generated", "generated", "generated", "generated-capped", "plain", "plain-shared", "elastic")
+NAMESPACES = ("kube-system", "monitoring", "default", "cert-manager")
+REGRESSIONS: dict[str, tuple[int, int]] = {
+    # name: (group seed, stream seed) of scenarios that once failed; kept so they run first, every time.
+}
+
+
+# -- scenarios ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Group:
+    seed: int
+    shape: NodeShape
+    policy: str
+
+    @property
+    def label(self) -> str:
+        s = self.shape
+        return (f"{s.numa_nodes} NUMA ({s.packages} pkg) x {s.cores_per_numa} cores, "
+                f"SMT {'on' if s.threads_per_core == 2 else 'off'}, {self.policy}")
+
+
+def make_group(seed: int) -> Group:
+    rng = random.Random(seed)
+    numa = rng.choice((1, 2, 2, 4, 4, 8))
+    packages = 1 if numa == 1 else rng.choice((1, 2)) if numa > 2 else 2
+    shape = NodeShape(packages=packages, numa_per_package=numa // packages, cores_per_numa=rng.randint(16, 60),
+                      threads_per_core=rng.choice((1, 2, 2)))
+    return Group(seed, shape, rng.choice(POLICIES))
+
+
+def policy_spec(group: Group) -> dict[str, Any]:
+    shape = group.shape
+    topo = linux_layout([shape.cores_per_numa] * shape.numa_nodes, shape.threads_per_core, "labels")
+    rng = random.Random(group.seed)
+    profile = rng.choice(("siblings", "minimal", "standard", "observability"))
+    spec = node_balloons_policy(NODE, topo, Settings(nri_deployment_profile=profile), "kube-system")["spec"]
+    types = spec["balloonTypes"]
+    if group.policy == "generated-capped":
+        for btype in types:
+            if btype["name"] == "vllm-balloon-tp1":
+                btype["maxBalloons"] = rng.randint(1, 3)
+            if btype["name"].startswith(NUMA_TYPE) and rng.random() < 0.5:
+                btype["maxCPUs"] = rng.choice((8, 16, 24))
+    elif group.policy in ("plain", "plain-shared"):
+        # The seed guide's shape: one plain hide-hyperthreads type per TP, the reserved type for kube-system only.
+        spec["balloonTypes"] = [{"name": "reserved", "namespaces": ["kube-system"]}] + [
+            {"name": f"vllm-balloon-tp{tp}", "hideHyperthreads": True,
+             **({"preferNewBalloons": True} if group.policy == "plain" else {})}
+            for tp in (1, 2, 4, 8) if tp <= shape.numa_nodes]
+    elif group.policy == "elastic":
+        # Generated types, but a reserved balloon that grows and kube-system alone routed to it.
+        types[0] = {"name": "reserved", "namespaces": ["kube-system"]}
+    return spec
+
+
+def node_objects(group: Group) -> list[dict[str, Any]]:
+    shape = group.shape
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": NODE, "labels": {
+                SETTINGS.numa_count_label: str(shape.numa_nodes),
+                SMT_LABEL: "true" if shape.threads_per_core == 2 else "false"}},
+            "spec": {}, "status": {"capacity": {"cpu": str(shape.cpus)}, "allocatable": {"cpu": str(shape.cpus)}}}
+    policy = {"apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
+              "metadata": {"name": f"node.{NODE}", "namespace": "kube-system"},
+              "spec": policy_spec(group), "status": {"nodes": {NODE: {"status": "Success", "generation": 1}}}}
+    return [node, policy]
+
+
+def stream(group: Group, seed: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """("create", unmutated pod) and ("delete", pod name) events."""
+    rng = random.Random(seed)
+    shape = group.shape
+    live: list[str] = []
+    tps = [tp for tp in (1, 2, 4, 8) if tp <= shape.numa_nodes]
+    for k in range(EVENTS):
+        r = rng.random()
+        if live and r < 0.3:
+            name = live.pop(rng.randrange(len(live)))
+            yield "delete", {"name": name}
+            continue
+        name = f"p{k}"
+        live.append(name)
+        if r < 0.75:
+            tp = rng.choice(tps)
+            # cpu: N is N cores in the webhook's cores mode: up to a little over what the ranks' NUMA nodes hold.
+            cpu = rng.randint(1, max(1, shape.cores_per_numa * tp * 5 // 8))
+            sidecar = rng.random() < 0.25
+            yield "create", model_pod(name, rng.choice(("models", "team-a")), tp, cpu, sidecar, rng)
+        else:
+            yield "create", plain_pod(name, rng.choice(NAMESPACES), rng.choice(("0", "100m", "500m", "1", "2", "4")))
+
+
+def model_pod(name: str, namespace: str, tp: int, cpu: int, sidecar: bool, rng: random.Random) -> dict[str, Any]:
+    containers = [{"name": "vllm", "args": ["--tensor-parallel-size", str(tp)],
+                   "resources": {"requests": {"cpu": str(cpu), "memory": "8Gi"},
+                                 "limits": {"cpu": str(cpu), "memory": "8Gi"}}}]
+    if sidecar:
+        side = rng.choice(("100m", "250m", "1"))
+        containers.append({"name": "metrics", "resources": {"requests": {"cpu": side, "memory": "64Mi"},
+                                                              "limits": {"cpu": side, "memory": "64Mi"}}})
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                         "labels": {"model-manager.io/model": f"m-{name}"}},
+            "spec": {"containers": containers}, "status": {"phase": "Pending"}}
+
+
+def plain_pod(name: str, namespace: str, cpu: str) -> dict[str, Any]:
+    resources = {} if cpu == "0" else {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"cpu": cpu, "memory": "64Mi"}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "labels": {"app": name}},
+            "spec": {"containers": [{"name": "app", "resources": resources}]}, "status": {"phase": "Pending"}}
+
+
+# -- playing one scenario on both ---------------------------------------------------------------------
+
+@dataclass
+class Tally:
+    table: Counter[str] = field(default_factory=Counter)
+    refusals: Counter[str] = field(default_factory=Counter)  # ledger refusals the plugin would have run
+    bad: list[str] = field(default_factory=list)  # ledger admits, plugin fails / spreads / shares a core
+    drift: list[str] = field(default_factory=list)  # both run it, on other NUMA nodes or core counts
+    other_failures: list[str] = field(default_factory=list)  # non-model containers the plugin failed
+    scenarios: int = 0
+
+    def merge(self, other: Tally) -> None:
+        self.table.update(other.table)
+        self.refusals.update(other.refusals)
+        self.bad.extend(other.bad)
+        self.drift.extend(other.drift)
+        self.other_failures.extend(other.other_failures)
+        self.scenarios += other.scenarios
+
+
+def peer_pod(pod: dict[str, Any]) -> tuple[Pod, list[Container]]:
+    meta, spec = pod["metadata"], pod["spec"]
+    containers = []
+    guaranteed = True
+    for c in spec["containers"]:
+        res = c.get("resources") or {}
+        req, lim = (res.get("requests") or {}), (res.get("limits") or {})
+        guaranteed &= bool(req) and req.get("cpu") == lim.get("cpu") and req.get("memory") == lim.get("memory")
+        containers.append(Container(c["name"], cpu=req.get("cpu"), cpu_limit=lim.get("cpu")))
+    qos = "Guaranteed" if guaranteed else ("BestEffort" if all(not c.cpu for c in containers) else "Burstable")
+    return Pod(meta["name"], meta["namespace"], qos=qos, annotations=dict(meta.get("annotations") or {})), containers
+
+
+def cores_by_numa(shape: NodeShape, cpus: frozenset[int]) -> dict[int, int]:
+    cores = {shape.core_of(c) for c in cpus}
+    return dict(Counter(core // shape.cores_per_numa for core in cores))
+
+
+def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
+    shape = group.shape
+    cluster = ClusterState.from_objects(node_objects(group), SETTINGS)
+    where = f"[{group.label}; group {group.seed}, stream {seed}]"
+    pods: dict[str, tuple[Pod, dict[str, Any]]] = {}
+    try:
+        for event, body in stream(group, seed):
+            if event == "delete":
+                if body["name"] in pods:  # a pod the ledger refused never ran
+                    peer, obj = pods.pop(body["name"])
+                    node.remove_pod(peer)
+                    cluster.apply("Pod", "DELETED", obj)
+                continue
+            mutated = mutate_pod(body, cluster).pod
+            peer, containers = peer_pod(mutated)
+            demand = read_model_pod(mutated, SETTINGS) if mutated["metadata"]["labels"].get("model-manager.io/model") else None
+            verdict = cluster.fit(demand, cluster.ledger(NODE)) if demand is not None else None  # type: ignore[arg-type]
+            results = [node.create(peer, c) for c in containers]
+            model = results[0] if demand is not None else None
+            for c, got in zip(containers, results):
+                if not got.ok and (demand is None or c.name != demand.container):
+                    tally.other_failures.append(f"{where} {peer.namespace}/{peer.name}/{c.name}: {got.error}")
+            if verdict is None:
+                pods[body["metadata"]["name"]] = (peer, _bound(mutated))
+                cluster.apply("Pod", "ADDED", _bound(mutated))
+                continue
+            assert model is not None and demand is not None
+            ranks = demand.numa_nodes
+            spread = cores_by_numa(shape, _balloon_cpus(node, peer, demand.container)) if model.ok else {}
+            if not verdict.ok:
+                tally.table[f"refuse/{'admit' if model.ok else 'refuse'}"] += 1
+                if model.ok and len(spread) == ranks:
+                    tally.refusals[verdict.check] += 1
+                node.remove_pod(peer)
+                continue
+            if not model.ok:
+                tally.table["admit/refuse"] += 1
+                tally.bad.append(f"{where} {peer.name} ({demand.ranks}, {demand.cpus} CPUs): ledger admits "
+                                 f"{verdict.per_numa}, the plugin fails it: {model.error}")
+            else:
+                tally.table["admit/admit"] += 1
+                shared = _shared_cores(node, peer, demand.container, shape)
+                if len(spread) != ranks or shared:
+                    tally.bad.append(f"{where} {peer.name} ({demand.ranks}, {demand.cpus} CPUs): ledger admits "
+                                     f"{verdict.per_numa}, the plugin puts it on NUMA {spread}"
+                                     + (f", sharing cores {sorted(shared)[:8]}" if shared else ""))
+                elif spread != dict(verdict.per_numa):
+                    tally.drift.append(f"{where} {peer.name}: ledger {dict(verdict.per_numa)}, plugin {spread}")
+            pods[peer.name] = (peer, _bound(mutated))
+            cluster.apply("Pod", "ADDED", _bound(mutated))
+    finally:
+        for peer, _ in pods.values():
+            node.remove_pod(peer)
+    tally.scenarios += 1
+
+
+def _bound(pod: dict[str, Any]) -> dict[str, Any]:
+    return {**pod, "spec": {**pod["spec"], "nodeName": NODE}, "status": {"phase": "Running"}}
+
+
+def _balloon_cpus(node: BalloonsPeer, pod: Pod, container: str) -> frozenset[int]:
+    name = f"{pod.namespace}/{pod.name}/{container}"
+    return next((b.cpus for b in node.balloons() if name in b.containers), frozenset())
+
+
+def _shared_cores(node: BalloonsPeer, pod: Pod, container: str, shape: NodeShape) -> set[int]:
+    """Physical cores of the container's balloon that any other balloon also holds a thread of."""
+    name = f"{pod.namespace}/{pod.name}/{container}"
+    balloons = node.balloons()
+    mine = next(b for b in balloons if name in b.containers)
+    others = {shape.core_of(c) for b in balloons if b is not mine for c in b.cpus}
+    return {shape.core_of(c) for c in mine.cpus} & others
+
+
+def run_group(group: Group, seeds: list[int]) -> Tally:
+    tally = Tally()
+    with BalloonsPeer(group.shape, policy_spec(group)) as node:
+        for seed in seeds:
+            play(node, group, seed, tally)
+    return tally
+
+
+def groups() -> list[tuple[Group, list[int]]]:
+    named = [(make_group(g), [s]) for g, s in REGRESSIONS.values()]
+    return named + [(make_group(1000 + g), [10_000 * g + s for s in range(STREAMS_PER_PEER)]) for g in range(GROUPS)]
+
+
+def test_the_ledger_never_admits_what_the_plugin_fails_spreads_or_shares(capsys: pytest.CaptureFixture[str]) -> None:
+    total = Tally()
+    with ThreadPoolExecutor(max_workers=3) as pool:  # peers are processes: threads only wait on them
+        for tally in pool.map(lambda job: run_group(*job), groups()):
+            total.merge(tally)
+    with capsys.disabled():
+        print(f"\nledger vs real balloons plugin: {total.scenarios} scenarios, "
+              f"{sum(total.table.values())} model pods")
+        for key in ("admit/admit", "refuse/refuse", "refuse/admit", "admit/refuse"):
+            print(f"  ledger/plugin {key:14} {total.table[key]:6}")
+        print(f"  ledger admits, plugin fails/spreads/shares: {len(total.bad)}")
+        print(f"  both run it, on other NUMA nodes or core counts: {len(total.drift)}")
+        print(f"  ledger refusals the plugin would run NUMA-locally, by check: {dict(total.refusals)}")
+        print(f"  non-model containers the plugin failed: {len(total.other_failures)}")
+        for line in (total.bad + total.drift + total.other_failures)[:12]:
+            print("   ", line)
+    assert total.scenarios >= 300
+    assert total.table["admit/admit"] > total.table["refuse/refuse"] / 4  # the streams exercise admissions
+    assert not total.bad, "\n".join(total.bad[:20])
