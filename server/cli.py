@@ -106,14 +106,15 @@ def run_report(args: argparse.Namespace, settings: Settings, say: Callable[[str]
 
 
 def run_balloons_policy(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
-    from server.policies import balloons_policies
+    from server.policies import UnknownNode, balloons_policies
     from server.render import dump_yaml
 
     state, _ = load_cluster(args, settings, say)
-    unknown = [n for n in args.nodes if n not in state.nodes]
-    if unknown:
-        raise InputError(f"no node named {', '.join(unknown)} in the cluster (nodes: {', '.join(sorted(state.nodes))})")
-    print(dump_yaml(balloons_policies(state, args.nodes, args.namespace), many=True), end="")
+    try:
+        policies = balloons_policies(state, args.nodes, args.namespace)
+    except UnknownNode as exc:
+        raise InputError(str(exc)) from None
+    print(dump_yaml(policies, many=True), end="")
     return 0
 
 
@@ -248,7 +249,7 @@ def parser() -> argparse.ArgumentParser:
     _flag(c, "--ca-days", type=_positive(int), default=3650, help="validity of a new CA")
 
     b = sub.add_parser("balloons-policy", help="the per-node BalloonsPolicy the topology model implies")
-    b.add_argument("nodes", nargs="+", metavar="NODE", help="node names")
+    b.add_argument("nodes", nargs="*", metavar="NODE", help="node names (default: every node)")
     _global_flags(b, suppress=True)
     _flag(b, "--namespace", default="kube-system", help="namespace of the BalloonsPolicy objects")
     return p

@@ -397,3 +397,7 @@ def test_render_answers_every_malformed_field_without_a_crash() -> None:
                 dump_yaml([entry], many=True)
                 tried += 1
     assert tried > 300
+
+
+def test_balloons_policy_for_an_unknown_node() -> None:
+    refused(run("balloons-policy", "cpu-a1", "nope"), "model-placement: unknown node(s): nope; known: cpu-a1, ")
