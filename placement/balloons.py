@@ -12,9 +12,12 @@ tests/oracle proves it against the real plugin):
   set with the fewest instances, so any such set would be chosen as soon as the aligned ones each held one model;
 - every model type makes a new balloon per pod (preferNewBalloons) and hides hyperthreads; balloons take whole
   cores (preferSpreadOnPhysicalCores: false);
-- `reserved` comes first, catches every namespace (annotated model containers are routed by their annotation
-  before namespaces are read), and is exactly the reserved cpuset (minCPUs = maxCPUs), so non-model containers
-  share it and never take model cores.
+- `reserved` comes first and catches every namespace (annotated model containers are routed by their annotation
+  before namespaces are read), so every non-model container, a model pod's sidecars included, shares it. It holds
+  the whole reserved cpuset from the start (minCPUs); without that the plugin sizes it from zero and a model
+  balloon may take reserved CPUs it has not grown into yet. It has no maxCPUs: the plugin fails a container that
+  a full fixed-size balloon cannot take (the oracle showed it), so past the reserved cpuset it grows into free
+  cores, which the ledger books (`shared_balloon_cpus`).
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ def node_balloons_policy(node: str, topology: Topology, settings: Settings, name
             "pinMemory": True,
             "preferSpreadOnPhysicalCores": False,
             "balloonTypes": [
-                {"name": RESERVED_TYPE, "namespaces": ["*"], "minCPUs": size, "maxCPUs": size},
+                {"name": RESERVED_TYPE, "namespaces": ["*"], "minCPUs": size},
                 *model_balloon_types(topology, settings.nri_balloon_prefix),
             ],
         },

@@ -28,6 +28,7 @@ BALLOON_NOT_NUMA_LOCAL = nri.NOT_NUMA_LOCAL
 RANKS_SHARE_NUMA = "ranks-share-numa"
 NRI_NOT_RUNNING = "nri-not-running"
 MAX_BALLOONS = "max-balloons-reached"
+SHARES_BALLOON = "balloon-would-be-shared"
 INSUFFICIENT_FREE = nri.INSUFFICIENT_FREE
 NO_CPU = "no-cpu-request"
 
@@ -219,6 +220,11 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
         return _refuse(node, MAX_BALLOONS,
                        f"maxBalloons={btype.max_balloons} {btype.name} balloons already run here; the plugin would "
                        "put this model into one of them, sharing its cores", True, fp)
+    if not btype.prefer_new_balloons and ledger.count_balloons(btype.name, exclude=own):
+        # Existing balloons of the type are filled (and inflated) before a new one is made (allocateBalloonOfDef).
+        return _refuse(node, SHARES_BALLOON,
+                       f"balloon type {btype.name} has preferNewBalloons: false and a {btype.name} balloon already "
+                       "runs here: the plugin would put this model into it, sharing its cores", True, fp)
     free = ledger.free(exclude=own)
     placed = nri.plan(policy, btype, demand.cpu_milli, free, tpc, ledger.instances)
     if isinstance(placed, nri.Refusal):

@@ -42,9 +42,9 @@ def test_rendered_policy_uses_documented_fields_and_numa_allowed_types(demo: Clu
             assert btype["hideHyperthreads"] and btype["preferNewBalloons"]
         if "components" in btype:  # the plugin refuses these options on composites
             assert not {"preferCloseToDevices", "preferSpreadOnPhysicalCores", "allocatorTopologyBalancing"} & set(btype)
-    # Whole cores reserved on every NUMA node, and nothing else may grow into model cores.
+    # Whole cores reserved on every NUMA node, held from the start; every namespace lands there.
     assert snc4["spec"]["reservedResources"]["cpu"] == "cpuset:0-1,24-25,48-49,72-73,96-97,120-121,144-145,168-169"
-    assert types["reserved"] == {"name": "reserved", "namespaces": ["*"], "minCPUs": 16, "maxCPUs": 16}
+    assert types["reserved"] == {"name": "reserved", "namespaces": ["*"], "minCPUs": 16}
 
 
 def test_rendered_policy_read_back_gives_the_same_ledger(demo_objects, settings) -> None:

@@ -127,10 +127,13 @@ def test_max_balloons_is_resolvable_and_max_cpus_is_compared_with_the_request() 
 
 
 def test_shared_containers_take_model_cores_only_where_their_balloon_grows() -> None:
-    # The generated policy's reserved balloon is exactly the reserved cpuset: non-model pods overcommit it.
+    # The generated policy's reserved balloon holds the reserved cpuset (4 CPUs here) and grows past it.
     led = ledger([16, 16])
-    led.set_shared("fluentd", 9000, "reserved")
+    led.set_shared("node-exporter", 3000, "reserved")
     assert led.elastic_cores == 0 and led.free() == (15, 15)
+    led.set_shared("fluentd", 6000, "reserved")  # 9 CPUs in all: 5 beyond -> 3 cores, from the last NUMA node
+    assert led.elastic_cores == 3 and led.free() == (15, 12)
+    led.drop_shared("fluentd")
     # A plain policy's reserved balloon grows: 9 CPUs, 4 of them reserved, 5 beyond -> 3 cores.
     elastic = ledger([16, 16], policy=plain())  # reservedResources.cpu: "4", whole cores here
     elastic.set_shared("fluentd", 9000, "reserved")
