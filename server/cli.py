@@ -170,7 +170,9 @@ def _flag(p: argparse.ArgumentParser, *names: str, default: Any, help: str, supp
           shown: str | None = None, **kw: Any) -> None:
     """Every flag says its default; `suppress` (on a subcommand) keeps a global flag given before the
     subcommand from being reset by the subcommand's default."""
-    text = f"{help} (default: {shown if shown is not None else default})"
+    if shown is None:
+        shown = "off" if kw.get("action") == "store_true" else str(default)
+    text = f"{help} (default: {shown})"
     p.add_argument(*names, default=argparse.SUPPRESS if suppress else default, help=text, **kw)
 
 
@@ -266,6 +268,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
             raise InputError(f"{', '.join(given)} does not apply to certs (see `{PROG} certs --help`)")
         if bool(args.ca_cert) != bool(args.ca_key):
             raise InputError("--ca-cert and --ca-key go together: give both to issue from an existing CA")
+        if args.ca_cert and args.write_ca_key:
+            raise InputError("--write-ca-key is for a new CA: the existing CA's key is already in --ca-key")
     args.in_cluster = getattr(args, "in_cluster", False)
     sources = [f for f, on in (("--cluster", args.cluster), ("--kubeconfig", args.kubeconfig),
                                ("--in-cluster", args.in_cluster)) if on]

@@ -401,3 +401,9 @@ def test_render_answers_every_malformed_field_without_a_crash() -> None:
 
 def test_balloons_policy_for_an_unknown_node() -> None:
     refused(run("balloons-policy", "cpu-a1", "nope"), "model-placement: unknown node(s): nope; known: cpu-a1, ")
+
+
+def test_write_ca_key_is_for_a_new_ca(tmp_path: Path) -> None:
+    refused(run("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path), "--ca-cert", "a", "--ca-key", "b",
+                "--write-ca-key"),
+            "model-placement: --write-ca-key is for a new CA: the existing CA's key is already in --ca-key")
