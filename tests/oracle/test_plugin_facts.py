@@ -204,3 +204,37 @@ def test_pin_memory_assigns_the_balloons_numa_node(pin_memory: bool) -> None:
 def test_a_policy_the_plugin_rejects_is_refused_with_its_message() -> None:
     with pytest.raises(PolicyRefused, match="MinCpus"):
         BalloonsPeer(TWO_SOCKETS, policy({"name": "vllm-balloon-tp1", "minCPUs": 8, "maxCPUs": 4}))
+
+
+SNC = NodeShape(packages=2, numa_per_package=2, cores_per_numa=16, threads_per_core=2)
+
+
+def test_plain_type_too_big_for_a_numa_node_stays_in_one_package_of_an_snc_node() -> None:
+    # 48 logical CPUs: more than a sub-NUMA cluster (32), less than a package (64): the deepest level with room.
+    with BalloonsPeer(SNC, policy({"name": "vllm-balloon-tp2", **MODEL_TYPE})) as node:
+        got = node.create(model_pod("m2", "vllm-balloon-tp2"), model("48"))
+        assert got.ok, got.error
+        balloon = balloon_of(node, "models/m2/vllm")
+    assert len(balloon.cpus) == 48 and len({SNC.package_of(cpu) for cpu in balloon.cpus}) == 1
+    assert len(numa_nodes(SNC, balloon.cpus)) == 2
+
+
+def test_hide_hyperthreads_on_an_smt_off_node_runs_on_every_cpu_of_the_balloon() -> None:
+    shape = NodeShape(packages=2, numa_per_package=1, cores_per_numa=16, threads_per_core=1)
+    spec = {"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "vllm-balloon-tp1", **MODEL_TYPE}]}
+    with BalloonsPeer(shape, spec) as node:
+        got = node.create(model_pod("m1", "vllm-balloon-tp1"), model("8"))
+        balloon = balloon_of(node, "models/m1/vllm")
+    assert got.ok and got.cpus == balloon.cpus and len(got.cpus) == 8 and len(numa_nodes(shape, got.cpus)) == 1
+
+
+def test_exported_topology_is_one_zone_per_balloon_and_containers_as_children() -> None:
+    with BalloonsPeer(TWO_SOCKETS, policy({"name": "vllm-balloon-tp1", **MODEL_TYPE})) as node:
+        assert node.create(model_pod("m1", "vllm-balloon-tp1"), model("8")).ok
+        zones = node.zones()
+    kinds = {(z["Name"], z["Type"], z["Parent"]) for z in zones}
+    assert kinds == {("reserved[0]", "balloon", ""), ("default[0]", "balloon", ""),
+                     ("vllm-balloon-tp1[0]", "balloon", ""),
+                     ("models/m1/vllm", "allocation for container", "vllm-balloon-tp1[0]")}  # no node-N zones
+    [model_zone] = [z for z in zones if z["Name"] == "vllm-balloon-tp1[0]"]
+    assert {a["Name"] for a in model_zone["Attributes"]} >= {"cpuset", "shared cpuset", "excess cpus"}
