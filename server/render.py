@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from placement.admission import WORKLOAD_KINDS, NotAdmissible, subject_of
 from placement.affinity import node_matches
 from placement.cluster import ClusterState, NodeInfo
 from placement.mutation import mutate_pod
+from server.inputs import plural
 from webhook.patch import apply_patch
 from webhook.review import POD_SHAPE, WORKLOAD_SHAPE, ReviewError, parse_review, shape_problem
 from webhook.routes import Context, Outcome, mutate_review, validate_review
@@ -232,39 +234,46 @@ def dump_yaml(value: Any, many: bool = False) -> str:
     return yaml.safe_dump(value, sort_keys=False, width=120, allow_unicode=True)
 
 
+WIDTH = 120
+
+
+def _say(out: Any, text: str, indent: int = 0, hang: int = 4) -> None:
+    """One item of the text output, wrapped to WIDTH; continuation lines indented under it."""
+    print(textwrap.fill(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * (indent + hang),
+                        break_on_hyphens=False, break_long_words=False), file=out)
+
+
 def print_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
     for entry in results:
         print(f"=== {entry['object']}", file=out)
         if "error" in entry:
-            print(f"  error: {entry['error']}\n", file=out)
+            _say(out, f"error: {entry['error']}", 2)
+            print(file=out)
             continue
         d = entry.get("demand")
         if d:
             reason = f" (requested {d['requested_policy']}: {d['reason']})" if d["reason"] else ""
-            print(f"demand:  model container {d['model_container']!r}, {d['cpus']} CPUs, TP={d['tp']} "
-                  f"({d['tp_source']}), policy {d['policy']}{reason}, balloon {d['balloon_type']}, "
-                  f"replicas {d['replicas']}, preflight {d['preflight']}", file=out)
+            _say(out, f"demand:  model container {d['model_container']!r}, {d['cpus']} CPUs, TP={d['tp']} "
+                      f"({d['tp_source']}), policy {d['policy']}{reason}, balloon {d['balloon_type']}, "
+                      f"{plural(d['replicas'], 'replica')}, preflight {d['preflight']}", hang=9)
         v = entry["verdict"]
-        state = "ADMITTED" if v["allowed"] else "REFUSED"
-        print(f"verdict: {state} [{v['reason']}]", file=out)
+        print(f"verdict: {'ADMITTED' if v['allowed'] else 'REFUSED'} [{v['reason']}]", file=out)
         if v["message"]:
-            print(f"  {v['message']}", file=out)
+            _say(out, v["message"], 2, 2)
         for w in v["warnings"]:
-            print(f"  warning: {w}", file=out)
+            _say(out, f"warning: {w}", 2)
         for w in entry["mutation"]["warnings"]:
-            print(f"  /mutate warning: {w}", file=out)
+            _say(out, f"/mutate warning: {w}", 2)
         if "ranking" in entry:
             print("nodes (what the extender answers kube-scheduler, best first):", file=out)
             for i, r in enumerate(entry["ranking"], 1):
-                numa = ", ".join(f"NUMA {n}: {c} {'core' if c == 1 else 'cores'}"
-                                 for n, c in r["numa_cores"].items()) or "shared pool"
-                print(f"  {i:>2}. {r['node']:<16} score {r['score']:>2}/10  {numa}", file=out)
+                numa = ", ".join(f"NUMA {n}: {plural(c, 'core')}" for n, c in r["numa_cores"].items())
+                _say(out, f"{i:>2}. {r['node']:<16} score {r['score']:>2}/10  {numa or 'shared pool'}", 2, 21)
             for f in entry["filtered"]:
-                print(f"   -  {f['node']:<16} {f['list']}: {f['reason']}", file=out)
+                _say(out, f" -  {f['node']:<16} {f['list']}: {f['reason']}", 2, 21)
             for x in entry["excluded"]:
-                print(f"   x  {x['node']:<16} not offered by kube-scheduler: {x['reason']}", file=out)
-        n = len(entry["patch"])
-        print(f"patch (/mutate): {n} {'operation' if n == 1 else 'operations'}", file=out)
+                _say(out, f" x  {x['node']:<16} not offered by kube-scheduler: {x['reason']}", 2, 21)
+        print(f"patch (/mutate): {plural(len(entry['patch']), 'operation')}", file=out)
         print("mutated object:", file=out)
         print("  " + dump_yaml(entry["mutated"]).replace("\n", "\n  ").rstrip(), file=out)
         print(file=out)

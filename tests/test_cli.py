@@ -108,3 +108,11 @@ def test_docs_stay_inside_the_repository() -> None:
         for target in re.findall(r"\]\(([^)#]+)", text):  # every relative link resolves
             if "://" not in target:
                 assert (path.parent / target).exists(), (path, target)
+
+
+def test_render_text_fits_120_columns() -> None:
+    out = run("render", "examples/kserve-tp1-pod.yaml")
+    assert out.returncode == 0, out.stderr
+    head = out.stdout.split("mutated object:")[0].splitlines()
+    assert max(map(len, head)) <= 120 and any(line.startswith("   x  cpu-icx ") for line in head)
+    assert "1 replica," in out.stdout and "1 replicas" not in out.stdout
