@@ -78,9 +78,76 @@ def _only_container(spec: Mapping[str, Any], name: str) -> bool:
         and containers[0].get("name") == name
 
 
+BALLOON_ZONE = "balloon"
+CONTAINER_ZONE = "allocation for container"
+
+
 def _slim_nrt(obj: Mapping[str, Any]) -> dict[str, Any]:
-    zones = [z for z in obj.get("zones") or () if isinstance(z, Mapping) and z.get("type") == "Node"]
-    return {"zones": zones}
+    """What the ledger reads of a NodeResourceTopology: NFD's `Node` zones (the NUMA layout) and the zones the
+    balloons plugin exports, one per balloon with its cpuset and, with showContainersInNrt, one per container
+    whose parent is its balloon."""
+    zones, balloons, containers = [], {}, {}
+    for zone in obj.get("zones") or ():
+        if not isinstance(zone, Mapping):
+            continue
+        kind, name = zone.get("type"), str(zone.get("name", ""))
+        if kind == "Node":
+            zones.append(zone)
+        elif kind == BALLOON_ZONE:
+            cpuset = next((a.get("value") for a in zone.get("attributes") or ()
+                           if isinstance(a, Mapping) and a.get("name") == "cpuset"), None)
+            if isinstance(cpuset, str):
+                balloons[name] = cpuset
+        elif kind == CONTAINER_ZONE and zone.get("parent"):
+            containers[name] = str(zone["parent"])
+    return {"zones": zones, "balloons": balloons, "containers": containers}
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """The balloons the plugin reports on one node: which holds each container, and where its cores are."""
+
+    balloons: Mapping[str, tuple[tuple[int, int], ...]]  # balloon zone name -> (NUMA node, cores) it holds
+    shared_cores: Mapping[str, frozenset[int]]  # balloon -> its cores that another balloon also holds
+    container_balloon: Mapping[str, str]  # "namespace/pod/container" -> balloon zone name
+    outside_reserved: tuple[int, ...]  # per NUMA node: cores beyond the reserved cpuset the shared balloons hold
+
+
+def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: CPUSet) -> Observed | None:
+    raw = (nrt or {}).get("balloons")
+    if not raw:
+        return None
+    core_of = {t: (numa.id, core.id) for numa in topo.numa_nodes for core in numa.cores for t in core.threads}
+    cores: dict[str, set[tuple[int, int]]] = {}
+    for name, text in raw.items():
+        try:
+            cores[name] = {core_of[c] for c in CPUSet.parse(text) if c in core_of}
+        except CPUSetError:
+            continue
+    holders: dict[tuple[int, int], int] = {}
+    for held in cores.values():
+        for core in held:
+            holders[core] = holders.get(core, 0) + 1
+    reserved_cores = {core_of[c] for c in reserved if c in core_of}
+    with_containers = set(nrt["containers"].values())  # type: ignore[index]
+    outside = [0] * topo.numa_count
+    for name, held in cores.items():
+        if name.startswith(("reserved[", "default[")) or name not in with_containers:
+            for numa, _ in held - reserved_cores:
+                outside[numa] += 1
+    return Observed(
+        {name: tuple(sorted(_count(numa for numa, _ in held).items())) for name, held in cores.items()},
+        {name: frozenset(c for _, c in held if holders[(_, c)] > 1) for name, held in cores.items()},
+        dict(nrt["containers"]),  # type: ignore[index]
+        tuple(outside),
+    )
+
+
+def _count(values: Iterable[int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
 
 
 class ClusterState:
@@ -244,7 +311,7 @@ class ClusterState:
         policy = ledger.nri.policy
         return policy.route(namespace).name if policy is not None and ledger.nri.running else ""
 
-    def _account(self, ledger: NodeLedger, rec: PodRecord) -> None:
+    def _account(self, ledger: NodeLedger, rec: PodRecord, observed: Observed | None = None) -> None:
         demand = rec.model
         balloon = self._balloon_of(ledger, rec.namespace)
         if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
@@ -252,6 +319,10 @@ class ClusterState:
             return
         if rec.shared_milli is not None:
             ledger.set_shared(rec.uid, rec.shared_milli, balloon)
+        zone = observed.container_balloon.get(f"{rec.namespace}/{rec.name}/{demand.container}") if observed else None
+        if zone is not None and observed is not None:
+            self._hold_observed(ledger, rec, demand, zone, observed)
+            return
         result = self.fit(demand, ledger)
         if result.ok:
             ledger.hold(fitmod.holding_for(rec.uid, demand, result, rec.assumed_at))
@@ -272,6 +343,27 @@ class ClusterState:
             "pod": demand.pod, "node": ledger.name, "reason": result.reason})
         ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, fp.balloon_type, want, rec.assumed_at,
                                   types=(fp.balloon_type,) if fp.balloon_type else ()))
+
+    def _hold_observed(self, ledger: NodeLedger, rec: PodRecord, demand: ModelDemand, zone: str,
+                       observed: Observed) -> None:
+        """Observed beats predicted: the cores the plugin reports for the pod's balloon, whatever we foresaw.
+        The balloon types it instantiates (for balance-balloons' counts) are the predicted ones when the plugin
+        put it where we foresaw; else its type and the per-NUMA types of the NUMA nodes it really holds."""
+        per_numa = observed.balloons.get(zone, ())
+        predicted = self.fit(demand, ledger)
+        if predicted.ok and {n for n, _ in predicted.per_numa} == {n for n, _ in per_numa}:
+            types = predicted.types
+        else:
+            policy = ledger.nri.policy
+            near = {t.close_numa: t.name for t in policy.balloon_types if t.close_numa is not None} if policy else {}
+            types = (demand.balloon_type, *(near[n] for n, _ in per_numa if n in near))
+        notes = []
+        if len(per_numa) > demand.numa_nodes:
+            notes.append(f"spans {len(per_numa)} NUMA nodes for {demand.ranks}")
+        if observed.shared_cores.get(zone):
+            notes.append(f"shares {len(observed.shared_cores[zone])} cores with another balloon")
+        ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, demand.balloon_type, per_numa, rec.assumed_at,
+                                  types=types, observed=True, note="; ".join(notes)))
 
     # -- ledgers -----------------------------------------------------------------------------------
 
@@ -326,10 +418,13 @@ class ClusterState:
         reserved, source = self._reserved(node, topo, policy)
         nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
         ledger = NodeLedger(name, topo, reserved, source, node.labels, nri)
+        observed = observed_balloons(self.nrts.get(name), topo, reserved) if nri.running else None
+        if observed is not None:
+            ledger.observed_shared = observed.outside_reserved
         records = [self.pods[u] for u in self._pods_on.get(name, ()) if u in self.pods]
         # The balloons allocator placed them in creation order; replaying that order reproduces it.
         for rec in sorted(records, key=lambda r: (r.created, r.namespace, r.name)):
-            self._account(ledger, rec)
+            self._account(ledger, rec, observed)
         return ledger
 
     def ledger(self, name: str) -> NodeLedger | None:

@@ -30,6 +30,7 @@ class Holding:
     shortfall: int = 0  # cores the pod really uses that did not fit the ledger (an overcommitted node)
     types: tuple[str, ...] = ()  # every balloon type it instantiates: the composite and its components
     observed: bool = False  # per_numa is the cpuset the plugin exported, not our prediction
+    note: str = ""  # what is wrong with where the plugin really put it (observed only)
 
     @property
     def cores(self) -> int:
@@ -96,6 +97,9 @@ class NodeLedger:
     _shared_count: dict[str, int] = field(init=False, default_factory=dict)
     _instances: dict[str, int] = field(init=False, default_factory=dict)
     _free: tuple[int, ...] | None = field(init=False, default=None)
+    # Per NUMA node, cores beyond the reserved cpuset the shared balloons really hold (the plugin's exported
+    # zones); None: predicted from their requests.
+    observed_shared: tuple[int, ...] | None = None
     stamp: int = field(init=False, default_factory=lambda: next(_stamps))  # changes with every change
     _by_identity: dict[ModelIdentity, dict[str, Holding]] = field(init=False, default_factory=dict)
 
@@ -146,6 +150,8 @@ class NodeLedger:
 
     def _spill_elastic(self, held: list[int]) -> tuple[int, ...]:
         free = [cap - h for cap, h in zip(self.capacity, held)]
+        if self.observed_shared is not None:
+            return tuple(max(0, f - o) for f, o in zip(free, self.observed_shared))
         policy = self.nri.policy
         # When some type prefers a NUMA node, every other type is pushed away from all of them in NUMA order
         # (fillFarFromDevices), so shared balloons grow into the highest NUMA node with room; otherwise the
@@ -271,7 +277,8 @@ class NodeLedger:
 
     def scratch(self, without: ModelIdentity | None = None) -> NodeLedger:
         """A copy to simulate on, without the pods of `without` (a model's own pods are being replaced)."""
-        copy = NodeLedger(self.name, self.topology, self.reserved, self.reserved_source, self.labels, self.nri)
+        copy = NodeLedger(self.name, self.topology, self.reserved, self.reserved_source, self.labels, self.nri,
+                          observed_shared=self.observed_shared)
         for holding in self.holdings.values():
             if without is None or holding.identity != without:
                 copy._add(holding)
@@ -286,7 +293,8 @@ class NodeLedger:
         numa_json = []
         for numa in self.topology.numa_nodes:
             held = [
-                {"pod": h.pod, "uid": h.uid, "cores": c, "balloon": h.balloon_type, "assumed": h.assumed}
+                {"pod": h.pod, "uid": h.uid, "cores": c, "balloon": h.balloon_type, "assumed": h.assumed,
+                 "observed": h.observed, **({"problem": h.note} if h.note else {})}
                 for h in self.holdings.values() for n, c in h.per_numa if n == numa.id
             ]
             numa_json.append({
