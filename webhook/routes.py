@@ -43,6 +43,7 @@ from placement.preflight import resolve_policy
 from server import metrics
 from server.app import ADMISSION_BODY_LIMIT, RUNTIME, BadRequest, json_response, read_json
 from webhook.patch import PatchError, checked_patch
+from webhook.policy import BALLOONS_POLICY, judge_policy
 from webhook.review import (
     DEFAULT_TIMEOUT, POD_SHAPE, WORKLOAD_SHAPE, Review, ReviewError, allow, cost_problem, deny, parse_review,
     parse_timeout, shape_problem, wrap_warning,
@@ -311,6 +312,8 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
 def validate_review(review: Review, ctx: Context) -> Outcome:
     uid = review.uid
     key = (review.group, review.kind)
+    if key == BALLOONS_POLICY:
+        return _policy_outcome(review, ctx)
     judged = (key == POD and review.operation == "CREATE") or \
         (key in WORKLOADS and review.operation in ("CREATE", "UPDATE"))
     if not judged or review.sub_resource:
@@ -359,6 +362,15 @@ def validate_review(review: Review, ctx: Context) -> Outcome:
         return Outcome(allow(uid, warnings_for(decision.message) + notes), "warned", decision.check,
                        decision.policy, label, decision.message)
     return Outcome(allow(uid, notes), "allowed", decision.reason, decision.policy, label, "; ".join(notes))
+
+
+def _policy_outcome(review: Review, ctx: Context) -> Outcome:
+    started = time.monotonic()
+    try:
+        judged = judge_policy(review, ctx.cluster, ctx.budget.affords(ctx.timings.expected("policy")))
+    finally:
+        ctx.timings.record("policy", time.monotonic() - started)
+    return Outcome(judged.review, judged.decision, judged.reason, "nri-balloons", judged.label, judged.message)
 
 
 def _notes(decision: Decision) -> tuple[str, ...]:

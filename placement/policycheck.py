@@ -1,0 +1,386 @@
+"""A BalloonsPolicy judged before the apiserver stores it: what the NRI balloons plugin would refuse, and what
+it would accept although it breaks NUMA-local pinning or the cores of running models.
+
+The plugin judges a policy only once it is stored, on each node, and a refusal there is a log line on that node
+while the node keeps its previous policy (or runs none). Its own checks (validateConfig and fillBuiltinBalloonDefs of
+nri-plugins v0.14.0's balloons policy) are repeated here so that `kubectl apply` says so at once; on top of them,
+the hazards it accepts in silence, each shown on the real plugin by tests/oracle/test_policy_refusals.py:
+- a `reservedResources` cpuset the node lacks CPUs of (the plugin refuses it, but only on that node);
+- a model type whose ranks outnumber the node's NUMA nodes, or a component preferring a NUMA node the node lacks:
+  the preference is dropped and ranks share a NUMA node;
+- pre-created balloons (`minBalloons` × `minCPUs`) that do not fit outside the reserved cpuset: the plugin gives
+  them the reserved CPUs (its reserved balloon holds none of its cpuset unless told to);
+- reserved `minBalloons`/`maxBalloons` other than 1: forced to 1 (fillBuiltinBalloonDefs runs before the check
+  that would refuse them), so the setting does nothing;
+- a reserved cpuset that takes cores running model balloons hold now: the plugin re-places every container when
+  its policy changes.
+
+Every finding is one sentence with the node(s) and the numbers; nodes alike are named together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from placement.cluster import ClusterState
+from placement.ledger import NodeLedger
+from placement.quantity import QuantityError, cpu_milli
+from placement.topology import (
+    DEFAULT_TYPE, GROUP_LABEL, RESERVED_TYPE, BalloonsPolicy, CPUSet, CPUSetError, Topology, parse_balloons_policy,
+    policy_for_node, reserved_from_spec,
+)
+
+# Check ids: bounded metric labels.
+UNREADABLE = "policy-unreadable"
+PLUGIN_REFUSES = "policy-plugin-refuses"
+RESERVED_NOT_ON_NODE = "policy-reserved-cpus-missing"
+SPAN_EXCEEDS_NUMA = "policy-span-exceeds-numa"
+NUMA_DEVICE_MISSING = "policy-numa-device-missing"
+COMPONENT_MISSING = "policy-component-missing"
+MIN_BALLOONS_DO_NOT_FIT = "policy-min-balloons-do-not-fit"
+RESERVES_HELD_CORES = "policy-reserves-held-cores"
+IGNORED_SETTING = "policy-setting-ignored"
+APPLIES_TO_NO_NODE = "policy-applies-to-no-node"
+NUMA_UNKNOWN = "policy-numa-unknown"
+
+# Forbidden on a composite type (validateConfig), whose CPUs come from its components: the pointer options when set
+# at all, even to false; the others when set to something.
+COMPOSITE_FORBIDDEN_SET = ("preferSpreadOnPhysicalCores", "allocatorTopologyBalancing")
+COMPOSITE_FORBIDDEN_TRUE = ("preferCloseToDevices", "preferIsolCpus", "preferCoreType")
+NAMED_NODES = 5  # nodes named in one finding; the rest are counted
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    check: str
+    message: str  # one sentence, no final period
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyCheck:
+    refusals: tuple[Finding, ...]
+    warnings: tuple[Finding, ...]
+    nodes: tuple[str, ...]  # the nodes the policy applies to
+
+
+def check_policy(obj: Mapping[str, Any], cluster: ClusterState) -> PolicyCheck:
+    """Judge a BalloonsPolicy about to be stored (CREATE or UPDATE) against the nodes it would apply to."""
+    problem = _shape_problem(obj)
+    if problem:
+        return PolicyCheck((Finding(UNREADABLE, problem),), (), ())
+    spec: Mapping[str, Any] = obj.get("spec") or {}
+    raw_types: list[Mapping[str, Any]] = list(spec.get("balloonTypes") or ())
+    refusals = list(_plugin_refusals(spec, raw_types))
+    warnings = list(_ignored_settings(raw_types))
+    policy = parse_balloons_policy(obj)
+    names = _applies_to(policy, cluster)
+    if not names:
+        warnings.append(Finding(APPLIES_TO_NO_NODE, f"it applies to no node now: the plugin reads `default`, "
+                                                    f"`node.<node>` and `group.<{GROUP_LABEL} label>` policies, "
+                                                    f"and no node known takes {policy.name!r}"))
+        return PolicyCheck(tuple(refusals), tuple(warnings), ())
+    ledgers = [ledger for ledger in map(cluster.ledger, names) if ledger is not None and len(ledger.topology.cpus)]
+    model_types = [t.name for t in policy.balloon_types if t.name.startswith(cluster.settings.nri_balloon_prefix)]
+    node_refusals, node_warnings = _node_findings(policy, ledgers, model_types)
+    return PolicyCheck(tuple(refusals + node_refusals), tuple(warnings + node_warnings), tuple(names))
+
+
+# -- reading -------------------------------------------------------------------------------------------------
+
+def _shape_problem(obj: Mapping[str, Any]) -> str | None:
+    """The fields the checks read, as the plugin's decoder needs them; the CRD's schema types the rest."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return "spec is missing or not an object"
+    types = spec.get("balloonTypes")
+    if types is not None and not isinstance(types, list):
+        return "spec.balloonTypes is not a list"
+    for i, item in enumerate(types or ()):
+        if not isinstance(item, Mapping):
+            return f"spec.balloonTypes[{i}] is not an object"
+        components = item.get("components")
+        if components is not None and not (isinstance(components, list)
+                                           and all(isinstance(c, Mapping) for c in components)):
+            return f"spec.balloonTypes[{i}].components is not a list of objects"
+        for key in ("minCPUs", "maxCPUs", "minBalloons", "maxBalloons"):
+            if key in item and not (isinstance(item[key], int) and not isinstance(item[key], bool)):
+                return f"spec.balloonTypes[{i}].{key} is {item[key]!r}, not an integer"
+    reserved = spec.get("reservedResources")
+    if reserved is not None and not isinstance(reserved, Mapping):
+        return "spec.reservedResources is not an object"
+    return None
+
+
+def _name(item: Mapping[str, Any]) -> str:
+    return str(item.get("name") or "")
+
+
+def _components(item: Mapping[str, Any]) -> list[str]:
+    return [str(c.get("balloonType") or "") for c in item.get("components") or ()]
+
+
+# -- what the plugin itself refuses on every node ------------------------------------------------------------
+
+def _plugin_refusals(spec: Mapping[str, Any], raw_types: Sequence[Mapping[str, Any]]) -> Iterator[Finding]:
+    seen: set[str] = set()
+    for i, item in enumerate(raw_types):
+        name = _name(item)
+        if not name:
+            yield Finding(PLUGIN_REFUSES, f"balloonTypes[{i}] has no name")
+            continue
+        if name in seen:
+            yield Finding(PLUGIN_REFUSES, f"two balloon types are named {name!r}")
+        seen.add(name)
+        yield from _limits(name, item)
+        if item.get("components"):
+            yield from _composite_options(name, item)
+        elif item.get("componentCreation"):
+            yield Finding(PLUGIN_REFUSES, f"type {name!r} sets componentCreation "
+                                          f"{item['componentCreation']!r} but has no components")
+    # The plugin's own `reserved` and `default` exist whether listed or not, and may be components.
+    defined = seen | {RESERVED_TYPE, DEFAULT_TYPE}
+    for item in raw_types:
+        for index, component in enumerate(_components(item), start=1):
+            if not component:
+                yield Finding(PLUGIN_REFUSES, f"component {index} of type {_name(item)!r} names no balloonType")
+            elif component not in defined:
+                yield Finding(COMPONENT_MISSING, f"type {_name(item)!r} is made of {component!r}, "
+                                                 f"which no balloonType defines")
+    cycle = _cycle(raw_types)
+    if cycle:
+        yield Finding(PLUGIN_REFUSES, f"types {' -> '.join(repr(n) for n in cycle)} are made of each other")
+    yield from _reserved_quantity(spec, raw_types)
+
+
+def _limits(name: str, item: Mapping[str, Any]) -> Iterator[Finding]:
+    for low, high, what in (("minCPUs", "maxCPUs", "CPUs"), ("minBalloons", "maxBalloons", "balloons")):
+        lo, hi = int(item.get(low) or 0), int(item.get(high) or 0)
+        if name == RESERVED_TYPE and what == "balloons":
+            continue  # forced to 1 and 1 before the plugin compares them: _ignored_settings says so
+        if hi and lo > hi:
+            yield Finding(PLUGIN_REFUSES, f"type {name!r} has {low} {lo} above {high} {hi}")
+
+
+def _composite_options(name: str, item: Mapping[str, Any]) -> Iterator[Finding]:
+    if item.get("cpuClass"):
+        yield Finding(PLUGIN_REFUSES, f"composite type {name!r} sets cpuClass {item['cpuClass']!r}, "
+                                      f"which only its components may")
+    present = [key for key in COMPOSITE_FORBIDDEN_SET if item.get(key) is not None] + \
+        [key for key in COMPOSITE_FORBIDDEN_TRUE if item.get(key)]
+    if present:
+        yield Finding(PLUGIN_REFUSES, f"composite type {name!r} sets {', '.join(present)}, CPU allocation "
+                                      f"options that only its components may set")
+
+
+def _cycle(raw_types: Sequence[Mapping[str, Any]]) -> list[str]:
+    graph = {_name(t): _components(t) for t in raw_types if t.get("components")}
+
+    def walk(name: str, path: list[str]) -> list[str]:
+        if name in path:
+            return path[path.index(name):] + [name]
+        for component in graph.get(name, ()):
+            found = walk(component, path + [name])
+            if found:
+                return found
+        return []
+
+    for start in graph:
+        found = walk(start, [])
+        if found:
+            return found
+    return []
+
+
+def _reserved_cpu(spec: Mapping[str, Any]) -> str | None:
+    value = (spec.get("reservedResources") or {}).get("cpu")
+    return None if value is None else str(value).strip()
+
+
+def _reserved_quantity(spec: Mapping[str, Any], raw_types: Sequence[Mapping[str, Any]]) -> Iterator[Finding]:
+    """reservedResources.cpu readable at all, and, as a CPU count, agreeing with an explicit `reserved` type."""
+    text = _reserved_cpu(spec)
+    if text is None:
+        return
+    if text.startswith(("cpuset:", "exclude-cpuset:")):
+        try:
+            CPUSet.parse(text.partition(":")[2])
+        except CPUSetError as exc:
+            yield Finding(PLUGIN_REFUSES, f"reservedResources.cpu: {exc}")
+        return
+    try:
+        count = math.ceil(cpu_milli(text) / 1000)
+    except QuantityError as exc:
+        yield Finding(PLUGIN_REFUSES, f"reservedResources.cpu: {exc}")
+        return
+    reserved = next((t for t in raw_types if _name(t) == RESERVED_TYPE), {})
+    min_cpus, max_cpus = int(reserved.get("minCPUs") or 0), int(reserved.get("maxCPUs") or 0)
+    if min_cpus and min_cpus != count:
+        yield Finding(PLUGIN_REFUSES, f"reservedResources.cpu {text} means {count} reserved CPUs but the "
+                                      f"reserved type's minCPUs is {min_cpus}")
+    elif not min_cpus and max_cpus and max_cpus < count:
+        yield Finding(PLUGIN_REFUSES, f"reservedResources.cpu {text} means {count} reserved CPUs but the "
+                                      f"reserved type's maxCPUs is {max_cpus}")
+
+
+def _ignored_settings(raw_types: Sequence[Mapping[str, Any]]) -> Iterator[Finding]:
+    for item in raw_types:
+        if _name(item) != RESERVED_TYPE:
+            continue
+        for key in ("minBalloons", "maxBalloons"):
+            value = int(item.get(key) or 0)
+            if value not in (0, 1):
+                yield Finding(IGNORED_SETTING, f"the reserved type's {key} {value} has no effect: the plugin "
+                                               f"always runs exactly one reserved balloon")
+
+
+# -- where it applies, and what it would do there -----------------------------------------------------------
+
+def _applies_to(policy: BalloonsPolicy, cluster: ClusterState) -> list[str]:
+    # The policy stored under the same namespace and name is the one this replaces.
+    others = [p for key, p in cluster.policies.items() if key != (policy.namespace, policy.name)]
+    candidates = [*others, policy]
+    return [name for name in sorted(cluster.nodes)
+            if policy_for_node(candidates, name, cluster.nodes[name].labels) is policy]
+
+
+def _span(policy: BalloonsPolicy, name: str) -> int:
+    """NUMA nodes one balloon of the type takes: a plain type 1, a composite the sum of its components' (one of
+    them, the widest, under balance-balloons). The plugin refuses cycles and missing types; both count 1 here."""
+
+    def span(name: str, path: frozenset[str]) -> int:
+        btype = policy.balloon_type(name)
+        if btype is None or not btype.composite or name in path:
+            return 1
+        spans = [span(c, path | {name}) for c in btype.components]
+        return max(spans) if btype.component_creation == "balance-balloons" else sum(spans)
+
+    return span(name, frozenset())
+
+
+def _reachable(policy: BalloonsPolicy, name: str) -> list[str]:
+    """The type and every type it is made of, recursively, each once."""
+    out: list[str] = []
+    todo = [name]
+    while todo:
+        current = todo.pop(0)
+        if current in out:
+            continue
+        out.append(current)
+        btype = policy.balloon_type(current)
+        todo.extend(btype.components if btype is not None else ())
+    return out
+
+
+def nodes_text(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:NAMED_NODES])
+    more = f" and {len(names) - NAMED_NODES:,} more" if len(names) > NAMED_NODES else ""
+    return f"node{'s' if len(names) > 1 else ''} {shown}{more}"
+
+
+def _grouped(found: Iterable[tuple[str, tuple[Any, ...], str]], render: Any) -> list[Finding]:
+    """(check, key, node) triples -> one finding per (check, key), naming all of its nodes."""
+    groups: dict[tuple[str, tuple[Any, ...]], list[str]] = {}
+    for check, key, node in found:
+        groups.setdefault((check, key), []).append(node)
+    return [Finding(check, render(check, key, nodes_text(nodes))) for (check, key), nodes in groups.items()]
+
+
+def _node_findings(policy: BalloonsPolicy, ledgers: Sequence[NodeLedger],
+                   model_types: Sequence[str]) -> tuple[list[Finding], list[Finding]]:
+    refusals: list[tuple[str, tuple[Any, ...], str]] = []
+    warnings: list[tuple[str, tuple[Any, ...], str]] = []
+    spans = {name: _span(policy, name) for name in model_types}
+    preferred = {(model, part): btype.close_numa for model in model_types for part in _reachable(policy, model)
+                 if (btype := policy.balloon_type(part)) is not None and btype.close_numa is not None}
+    named = _named_cpus(policy)
+    for ledger in ledgers:
+        topo = ledger.topology
+        reserved = _reserved_on(policy, topo)
+        if named is not None:
+            missing = named - topo.cpus
+            if missing:
+                refusals.append((RESERVED_NOT_ON_NODE, (str(topo.cpus), str(missing)), ledger.name))
+        if topo.source == "single-numa":
+            warnings.append((NUMA_UNKNOWN, (), ledger.name))
+        else:
+            numa = topo.numa_count
+            refusals.extend((SPAN_EXCEEDS_NUMA, (name, span, numa), ledger.name)
+                            for name, span in spans.items() if span > numa)
+            refusals.extend((NUMA_DEVICE_MISSING, (model, part, device, numa), ledger.name)
+                            for (model, part), device in preferred.items() if device >= numa)
+        outside = len(topo.cpus - reserved) if reserved is not None else len(topo.cpus)
+        wanted = tuple((t.name, t.min_balloons, t.min_cpus) for t in policy.balloon_types
+                       if t.name != RESERVED_TYPE and t.min_balloons > 0 and t.min_cpus > 0)
+        if sum(n * c for _, n, c in wanted) > outside:
+            refusals.append((MIN_BALLOONS_DO_NOT_FIT, (wanted, outside, reserved is not None), ledger.name))
+        if reserved is not None and reserved != ledger.reserved:
+            warnings.extend((RESERVES_HELD_CORES, key, ledger.name) for key in _held_conflicts(ledger, reserved))
+    return _grouped(refusals, _render), _grouped(warnings, _render)
+
+
+def _named_cpus(policy: BalloonsPolicy) -> CPUSet | None:
+    """The CPUs a `cpuset:` reservedResources.cpu names; None for the other forms and for one that cannot be read
+    (refused already, as the plugin refuses it)."""
+    text = policy.reserved_cpu
+    if not text or not text.startswith("cpuset:"):
+        return None
+    try:
+        return CPUSet.parse(text[len("cpuset:"):])
+    except CPUSetError:
+        return None
+
+
+def _reserved_on(policy: BalloonsPolicy, topo: Topology) -> CPUSet | None:
+    """The cpuset the policy reserves on a node of this topology; None when it names only a CPU count (the plugin
+    then reserves no particular CPUs) or nothing readable."""
+    text = policy.reserved_cpu
+    if not text or not text.startswith(("cpuset:", "exclude-cpuset:")):
+        return None
+    try:
+        return reserved_from_spec(topo, text)
+    except CPUSetError:
+        return None
+
+
+def _held_conflicts(ledger: NodeLedger, reserved: CPUSet) -> Iterator[tuple[Any, ...]]:
+    """Per NUMA node: model cores left by the new reserved cpuset fewer than running models hold there now."""
+    for numa in ledger.topology.numa_nodes:
+        capacity = sum(1 for core in numa.cores if not any(t in reserved for t in core.threads))
+        holders = [(h.pod, cores) for h in ledger.holdings.values() for n, cores in h.per_numa
+                   if n == numa.id and cores]
+        held = sum(cores for _, cores in holders)
+        if held > capacity:
+            yield numa.id, str(reserved & numa.cpus), capacity, held, tuple(sorted(pod for pod, _ in holders))
+
+
+def _render(check: str, key: tuple[Any, ...], nodes: str) -> str:
+    if check == RESERVED_NOT_ON_NODE:
+        cpus, missing = key
+        return f"reservedResources.cpu names CPUs {missing}, which {nodes} lack (CPUs {cpus})"
+    if check == SPAN_EXCEEDS_NUMA:
+        name, span, numa = key
+        return (f"model type {name!r} spans {span} NUMA nodes but {nodes} have {numa}: its ranks would share "
+                f"NUMA nodes")
+    if check == NUMA_DEVICE_MISSING:
+        model, part, device, numa = key
+        via = "" if model == part else f" (a component of model type {model!r})"
+        return (f"type {part!r}{via} prefers /sys/devices/system/node/node{device} but {nodes} have NUMA nodes "
+                f"0-{numa - 1} only: the plugin drops the preference")
+    if check == MIN_BALLOONS_DO_NOT_FIT:
+        wanted, outside, has_reserved = key
+        parts = ", ".join(f"{name!r} {n} × {c}" for name, n, c in wanted)
+        where = "outside the reserved cpuset" if has_reserved else "in all"
+        return (f"minBalloons × minCPUs ({parts}) is {sum(n * c for _, n, c in wanted)} CPUs but {nodes} have "
+                f"{outside} {where}")
+    if check == RESERVES_HELD_CORES:
+        numa, cpus, capacity, held, pods = key
+        return (f"on {nodes} the new reserved CPUs {cpus or 'none'} of NUMA node {numa} leave {capacity} model "
+                f"cores where running models hold {held} ({', '.join(pods)}): the plugin re-places them when "
+                f"the policy changes")
+    if check == NUMA_UNKNOWN:
+        return (f"the NUMA layout of {nodes} is unknown (no NodeResourceTopology, no NUMA-count label): the model "
+                f"types' NUMA span is not checked there")
+    raise ValueError(f"no text for check {check!r}")
