@@ -407,3 +407,12 @@ def test_write_ca_key_is_for_a_new_ca(tmp_path: Path) -> None:
     refused(run("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path), "--ca-cert", "a", "--ca-key", "b",
                 "--write-ca-key"),
             "model-placement: --write-ca-key is for a new CA: the existing CA's key is already in --ca-key")
+
+
+def test_key_given_as_certificate_and_as_client_ca(tmp_path: Path) -> None:
+    bundle = write_bundle("model-placement-webhook", "model-placement", tmp_path)
+    out = serve("--tls-cert", str(bundle.key_file), "--tls-key", str(bundle.key_file))
+    refused(out, f"TLS certificate (--tls-cert) {bundle.key_file} holds no PEM certificate (found: PRIVATE KEY)")
+    out = serve("--tls-cert", str(bundle.cert_file), "--tls-key", str(bundle.key_file), "--client-ca",
+                str(bundle.key_file))
+    refused(out, f"client CA (--client-ca) {bundle.key_file} holds no PEM certificate (found: PRIVATE KEY)")
