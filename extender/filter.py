@@ -2,23 +2,27 @@
 
 The answer for each node is the core's `cluster.fit`. Asked naively that is one fit per node per call,
 which at 5,000 nodes costs far more than a scheduling cycle can spend, so the `Judge` remembers, per
-demand (replicas of one model ask the same), three things:
+demand (replicas of one model ask the same):
 
 - per node, the verdict it gave and the ledger's stamp then: while the stamp is unchanged, so is the
   verdict (the common case: most nodes did not change since the last replica was filtered);
 - per *class* of nodes, the verdict: nodes whose ledgers look the same to `fit` (capacity and free
-  cores per NUMA node, SMT width, reserved size, NRI policy and its status, and the balloon count or
+  cores per NUMA node, SMT width, reserved size, NRI policy and its status, and the balloon counts or
   shared-pool load when the demand depends on them) get the same one. The key holds everything `fit`
-  reads, so a verdict never goes stale: a changed node is a new key;
-- per node *shape*, a refusal no eviction can change (TP above the NUMA count, no such balloon type,
-  ...): what the node holds does not enter it, so its free cores are filled in per node.
+  reads, so a verdict never goes stale: a changed node is a new key. A refusal no eviction can change
+  (TP above the NUMA count, no such balloon type, ...) does not depend on what the node holds, so it
+  is kept for the node's whole shape.
 
-`fit` uses the node's and the pod's names only in the text of its reason, so a class is judged under
-placeholder names that each node's and pod's own names then replace.
+A refusal names neither the node nor the pod: kube-scheduler counts identical reasons into its summary
+("0/1000 nodes are available: 640 <reason>, 350 <reason>"), and the event it writes is cut at 1,024
+characters. So each reason is the class's sentence, completed once per call with the class's own number
+(the most free cores any node of that class has); the per-node numbers go to the log line and to
+GET /debug/nodes/NAME.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -31,9 +35,6 @@ from placement.demand import ModelDemand, is_model_pod, pod_display_name, read_m
 from placement.ledger import NodeLedger
 from server.app import BadRequest
 
-NODE = "\x00node\x00"  # placeholders: none can occur in a Kubernetes name
-POD = "\x00pod\x00"
-FREE = "\x00free\x00"  # the node's free cores, in a refusal nodes share whatever they hold
 MAX_PODS = 4096  # pods kept by uid: /bind needs the demand seen at /filter
 MAX_DEMANDS = 64  # distinct demands whose verdicts are kept (each: up to one per node)
 MAX_MEMO_CLASSES = 50_000  # a demand asked for hours in a changing cluster starts over past this
@@ -58,7 +59,7 @@ class PodRef:
         """Why the pod cannot be placed whatever the node, when its spec is wrong."""
         if self.demand is None or not self.demand.problems:
             return None
-        return f"{self.display} cannot be placed until its spec is fixed: {'; '.join(self.demand.problems)}"
+        return f"the pod cannot be placed until its spec is fixed: {'; '.join(self.demand.problems)}"
 
 
 class Verdict(NamedTuple):
@@ -67,7 +68,7 @@ class Verdict(NamedTuple):
     ok: bool
     resolvable: bool  # could evicting pods make it fit? (FailedNodes vs FailedAndUnresolvableNodes)
     score: int  # 0..10 when it fits, else 0
-    message: str  # with placeholders for the node's and the pod's names; empty when it fits
+    message: str  # the class of refusal, naming neither node nor pod; empty when it fits
 
 
 @dataclass(slots=True)
@@ -93,20 +94,15 @@ def describe_demand(demand: ModelDemand) -> str:
     return f"{text}, balloon {demand.balloon_type}" if demand.policy == "nri-balloons" else text
 
 
-def explain(demand: ModelDemand, fit: fitmod.Fit, free: str, node: str) -> str:
-    """The refusal as users read it: the core's reason (it names the pod), completed with the demand
-    and the node's free cores per NUMA node (`free`) when the reason does not already give them."""
-    extra = []
+def explain(demand: ModelDemand, fit: fitmod.Fit) -> str:
+    """The refusal as users read it: the core's reason, completed with what the demand costs when the
+    reason does not already say it. Names neither the node nor the pod."""
     described = fit.footprint.describe() if fit.footprint is not None else describe_demand(demand)
-    if described not in fit.reason:
-        extra.append(f"needs {described}")
-    if "free cores" not in fit.reason:
-        extra.append(f"node {node} has {free}")
-    return f"{fit.reason} ({'; '.join(extra)})" if extra else fit.reason
+    return fit.reason if described in fit.reason else f"{fit.reason} (needs {described})"
 
 
-def unknown_node(ref: PodRef, node: str) -> str:
-    return f"{ref.display}: node {node} is not known to the extender (not in its cache yet, or deleted)"
+UNKNOWN_NODE = "not known to the extender (not in its cache yet, or deleted)"
+_THERE = re.compile(r"NUMA node (\d+)")  # a reason about one NUMA node of every node ("carved from NUMA node 0")
 
 
 class Judge:
@@ -157,9 +153,9 @@ class Judge:
 
     @staticmethod
     def ref(uid: str, namespace: str, name: str, display: str, rv: str, demand: ModelDemand | None) -> PodRef:
-        # `fit` reads the pod's name (for its text) and the model's identity (only for admission's
-        # own-pods-count-as-free): without them, replicas of a model share their verdicts.
-        key = replace(demand, pod=POD, identity=None) if demand is not None else None
+        # Without the pod's name and the model's identity (only admission's own-pods-count-as-free reads
+        # it), replicas of a model ask the same question and share their verdicts.
+        key = replace(demand, pod="", identity=None) if demand is not None else None
         return PodRef(uid, namespace, name, display, rv, demand, key)
 
     def remember(self, ref: PodRef) -> None:
@@ -206,12 +202,12 @@ class Judge:
         fit = self.cluster.fit(key, ledger)
         if fit.ok:
             return _FITS[max(MIN_SCORE, min(MAX_SCORE, fit.score))]
-        if fit.resolvable:
-            return Verdict(False, True, MIN_SCORE, explain(key, fit, fitmod.fmt_free(ledger, ledger.free()), NODE))
-        # No eviction changes this refusal: what the node holds does not enter it (see `fitmod.fit`), so
-        # every node of this shape shares it, whatever each holds.
-        static = classes[(shape,)] = Verdict(False, False, MIN_SCORE, explain(key, fit, FREE, NODE))
-        return _with_free(static, ledger)
+        verdict = Verdict(False, fit.resolvable, MIN_SCORE, explain(key, fit))
+        if not fit.resolvable:
+            # What the node holds does not enter this refusal (see `fitmod.fit`): every node of this shape
+            # shares it, whatever each holds.
+            classes[(shape,)] = verdict
+        return verdict
 
     def _classify(self, key: ModelDemand, ledger: NodeLedger, classes: dict[Any, Verdict]) -> Verdict:
         """The verdict for a node this demand has not been told of in the ledger's present state: from
@@ -219,6 +215,9 @@ class Judge:
         seen = self._nodes.get(ledger.name)
         if seen is None or seen[0] is not ledger:
             seen = self._see(ledger)
+        verdict = classes.get((seen[1],))
+        if verdict is not None:
+            return verdict
         cls: tuple[Any, ...] = (seen[1], ledger.free())
         if key.policy == "nri-balloons":
             if key.balloon_type in seen[2]:
@@ -229,9 +228,7 @@ class Judge:
             cls += (ledger.shared_milli,)
         verdict = classes.get(cls)
         if verdict is None:
-            static = classes.get((seen[1],))
-            verdict = classes[cls] = (self._judge(key, ledger, seen[1], classes) if static is None
-                                      else _with_free(static, ledger))
+            verdict = classes[cls] = self._judge(key, ledger, seen[1], classes)
         return verdict
 
     def verdicts(self, ref: PodRef, names: list[str]) -> list[Verdict | None]:
@@ -278,16 +275,25 @@ class Judge:
         return False
 
 
-def _with_free(static: Verdict, ledger: NodeLedger) -> Verdict:
-    return Verdict(False, False, MIN_SCORE, static.message.replace(FREE, fitmod.fmt_free(ledger, ledger.free())))
-
-
 @dataclass(slots=True)
 class Filtered:
     passed: list[str]
     failed: dict[str, str]  # FailedNodes: evicting pods could help
     unresolvable: dict[str, str]  # FailedAndUnresolvableNodes: nothing the scheduler can do helps
     decision: str
+
+
+def _most_free(message: str, policy: str, frees: list[tuple[int, ...]]) -> str:
+    """The class's own number: the most free cores any of its nodes has, where the reason looks (one NUMA
+    node it names, any one NUMA node, or the node in all for kubelet-static)."""
+    there = _THERE.search(message)
+    if there is not None:
+        k = int(there.group(1))
+        most = max((f[k] for f in frees if k < len(f)), default=0)
+        return f"the most any such node has free there is {most}"
+    if policy == "kubelet-static":
+        return f"the most any such node has free is {max(sum(f) for f in frees)} cores in all"
+    return f"the most any such node has free on one NUMA node is {max(max(f, default=0) for f in frees)}"
 
 
 def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
@@ -298,19 +304,23 @@ def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
         # Unschedulable with this message on every node (the user sees it in the pod's events, and
         # no preemption is tried), rather than an Error that fails every attempt with backoff.
         return Filtered([], {}, dict.fromkeys(names, why), "unreadable-pod")
-    pod = ref.display
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    texts: dict[int, str] = {}  # id(verdict) -> its message with this pod's name in
+    resolvable: dict[str, list[str]] = {}  # message -> the nodes refused with it that eviction could help
     for name, verdict in zip(names, judge.verdicts(ref, names)):
         if verdict is None:
-            unresolvable[name] = unknown_node(ref, name)
+            unresolvable[name] = UNKNOWN_NODE
         elif verdict.ok:
             passed.append(name)
+        elif verdict.resolvable:
+            resolvable.setdefault(verdict.message, []).append(name)
         else:
-            text = texts.get(id(verdict))
-            if text is None:
-                text = texts[id(verdict)] = verdict.message.replace(POD, pod)
-            (failed if verdict.resolvable else unresolvable)[name] = text.replace(NODE, name)
+            unresolvable[name] = verdict.message
+    ledger_of = judge.cluster.ledger
+    for message, nodes in resolvable.items():
+        frees = [ledger.free() for ledger in map(ledger_of, nodes) if ledger is not None]
+        text = f"{message}; {_most_free(message, ref.demand.policy, frees)}"
+        for name in nodes:
+            failed[name] = text
     return Filtered(passed, failed, unresolvable, "fits" if passed else "fits-nowhere")

@@ -30,6 +30,7 @@ from extender.filter import Judge, PodRef, describe_demand, filter_nodes
 from extender.holds import Holds
 from extender.preempt import Preemption
 from extender.score import rank
+from placement.fit import fmt_free
 from server import metrics
 from server.app import RUNTIME, BadRequest, json_response, read_json
 
@@ -114,6 +115,11 @@ async def _read_args(request: web.Request, verb: str, judge: Judge) -> tuple[wir
     return await _read(request, verb, parse)  # type: ignore[no-any-return]
 
 
+def _free_of(request: web.Request, node: str) -> str:
+    ledger = request.app[RUNTIME].cluster.ledger(node)
+    return fmt_free(ledger, ledger.free()) if ledger is not None else "not in the cache"
+
+
 def _respond(payload: Any, started: float) -> tuple[web.Response, float]:
     response = json_response(payload)
     ms = (time.perf_counter() - started) * 1000
@@ -149,8 +155,9 @@ async def handle_filter(request: web.Request) -> web.Response:
     _PASSED.inc(len(out.passed))
     _FAILED.inc(len(out.failed))
     _UNRESOLVABLE.inc(len(out.unresolvable))
-    first = [f"{node}: {why}" for node, why in islice(chain(out.unresolvable.items(), out.failed.items()),
-                                                     FIRST_REASONS)]
+    # The answer's reasons name no node; the log line says which nodes, and what each has free.
+    first = [f"{node}: {why} ({_free_of(request, node)})"
+             for node, why in islice(chain(out.unresolvable.items(), out.failed.items()), FIRST_REASONS)]
     log.info("filter", extra={
         "verb": "filter", "pod": ref.display, "nodes_in": len(args.names), "nodes_out": len(out.passed),
         "first_reasons": first or None, "decision": out.decision, "duration_ms": round(ms, 3),
@@ -160,7 +167,7 @@ async def handle_filter(request: web.Request) -> web.Response:
         for outcome, reasons in (("FailedAndUnresolvableNodes", out.unresolvable), ("FailedNodes", out.failed)):
             for node, why in reasons.items():
                 log.debug("filtered out", extra={"verb": "filter", "pod": ref.display, "node": node,
-                                                 "decision": outcome, "reason": why})
+                                                 "decision": outcome, "reason": why, "free": _free_of(request, node)})
     return response
 
 

@@ -66,7 +66,7 @@ async def test_a_failed_api_binding_releases_the_cores_and_answers_the_apiserver
 
 
 async def test_a_pod_not_seen_at_filter_is_read_from_the_api(connected: Ext, fake: FakeApiServer) -> None:
-    pod = fake.add("Pod", model_pod("direct", tp=2, cpus=16))
+    pod = fake.add("Pod", model_pod("direct", tp=2, cpus=32))
     assert await connected.bind(pod, "cpu-a1") == ""
     assert holders(connected, "cpu-a1") == [("llm-inference/direct", True)]
     assert [c for n in connected.cluster.ledger("cpu-a1").to_json()["numa"] for c in [n["free"]]] == [21, 21]  # type: ignore[union-attr]

@@ -56,7 +56,7 @@ async def test_a_slow_binding_is_answered_before_the_budget_runs_out(slow: Ext, 
     started = time.monotonic()
     error = await slow.bind(pod, "cpu-a1")  # not seen at /filter: the pod is read first, within the same deadline
     took = time.monotonic() - started
-    assert 1.0 <= took < 1.4, took
+    assert 1.0 <= took < 2.0, took  # the apiserver answers after 2.5 s; kube-scheduler gives up after 5
     assert "the binding for pod llm-inference/slow-0 on node cpu-a1 did not answer within the 1 s" in error
     # The apiserver may still bind it: its cores stay assumed until the watch shows it, or they expire.
     ledger = slow.cluster.ledger("cpu-a1")

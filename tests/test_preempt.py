@@ -21,13 +21,14 @@ from tests.test_kubesource import api, fake  # noqa: F401 - fixtures: the fake a
 
 Obj = dict[str, Any]
 
-# On cpu-a1 (29 model cores per NUMA node), in creation order the balloons allocator puts a and c on NUMA 0, b and
-# d on NUMA 1: 9 cores stay free on each. A TP=1 pod asking for 24 cores needs 15 more on one NUMA node.
+# On cpu-a1 (29 model cores per NUMA node, SMT 2), in creation order the balloons plugin puts a and c on NUMA 0, b
+# and d on NUMA 1 (vllm-balloon-tp1 balances its per-NUMA components): 9 cores stay free on each. A TP=1 pod asking
+# for 24 cores needs 15 more on one NUMA node.
 RUNNING = (("low-a", 8, 10), ("low-b", 8, 5), ("low-c", 12, 10), ("low-d", 12, 5))  # name, cores, priority
 
 
 def running(name: str, cores: int, priority: int, second: int, node: str = "cpu-a1") -> Obj:
-    pod = model_pod(name, cpus=cores)
+    pod = model_pod(name, cpus=2 * cores)
     pod["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
     pod["metadata"]["labels"]["app"] = name
     pod["spec"].update(nodeName=node, priority=priority)
@@ -40,7 +41,7 @@ def fleet() -> list[Obj]:
 
 
 def preemptor(priority: int = 1000, **spec: Any) -> Obj:
-    pod = model_pod("urgent", cpus=24)
+    pod = model_pod("urgent", cpus=48)
     pod["spec"].update(priority=priority, **spec)
     return pod
 
@@ -138,13 +139,24 @@ def test_pdb_coverage_and_violations_count_as_the_scheduler_does() -> None:
 async def own_path(ext: Ext, pod: Obj, fake: FakeApiServer, caplog: pytest.LogCaptureFixture) -> list[str]:
     """/filter a pod that fits nowhere, the way kube-scheduler does, then wait for our own preemption."""
     caplog.set_level(logging.INFO, logger="model_placement.extender")
-    answer = await ext.filter(pod, ["cpu-a1", "cpu-full"])
-    assert answer["NodeNames"] == [] and set(answer["FailedNodes"]) == {"cpu-a1", "cpu-full"}
+    answer = await ext.filter(pod, ["cpu-a1"])
+    assert answer["NodeNames"] == [] and list(answer["FailedNodes"]) == ["cpu-a1"]
     for _ in range(60):
         if any(r.getMessage() in ("preempted", "no preemption", "eviction refused") for r in caplog.records):
             break
         await asyncio.sleep(0.05)
     return list(fake.evictions)
+
+
+async def test_own_path_takes_the_node_with_the_fewest_victims(
+        connected: Ext, fake: FakeApiServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="model_placement.extender")
+    await connected.filter(preemptor(), ["cpu-a1", "cpu-full"])  # cpu-full: one lower-priority pod is enough
+    for _ in range(60):
+        if fake.evictions:
+            break
+        await asyncio.sleep(0.05)
+    assert fake.evictions == ["llm/qwen-14b-predictor-7f6d5-klmno"]
 
 
 async def test_own_path_evicts_exactly_the_pods_on_the_numa_node_the_pod_then_gets(
@@ -157,7 +169,7 @@ async def test_own_path_evicts_exactly_the_pods_on_the_numa_node_the_pod_then_ge
     # Once the victims are gone (the watch would show it), the next cycle places the pod on that NUMA node.
     for name in ("low-b", "low-d"):
         connected.cluster.apply("Pod", "DELETED", running(name, 8, 0, 0))
-    answer = await connected.filter(preemptor(), ["cpu-a1", "cpu-full"])
+    answer = await connected.filter(preemptor(), ["cpu-a1"])
     assert answer["NodeNames"] == ["cpu-a1"]
     ledger = connected.cluster.ledger("cpu-a1")
     assert ledger is not None and ledger.holdings["uid-urgent"].per_numa == ((1, 24),)  # held for it until its bind
