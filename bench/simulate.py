@@ -62,19 +62,23 @@ import time
 import zlib
 from itertools import islice
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # `python bench/simulate.py` from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from placement import nri  # noqa: E402
+from placement.balloons import node_balloons_policy, whole_core_reserved  # noqa: E402
 from placement.cluster import ClusterState  # noqa: E402
 from placement.config import Settings  # noqa: E402
 from placement.demand import ModelDemand, read_model_pod  # noqa: E402
 from placement.ledger import NodeLedger  # noqa: E402
-from placement.mutation import mutate_pod  # noqa: E402
+from placement.mutation import balloon_request, mutate_pod  # noqa: E402
 from placement.preflight import preflight  # noqa: E402
+from placement.quantity import cpu_milli, memory_bytes  # noqa: E402
+from placement.topology import GROUP_LABEL, Topology, linux_layout  # noqa: E402
 
 AMX_LABEL = "feature.node.kubernetes.io/cpu-security.amx.enabled"
 SMT_LABEL = "feature.node.kubernetes.io/cpu-hardware_multithreading"
@@ -82,7 +86,7 @@ NUMA_LABEL = "feature.node.kubernetes.io/memory-numa.node_count"
 MODEL_LABEL = "model-manager.io/model"
 REQUIRE_AMX = "model-manager.io/require-amx"
 KUBELET_RESERVED_MILLI = 2000  # systemReserved cpu 1 + kubeReserved cpu 1: allocatable = capacity - 2
-POLICY_RESERVED_CPU = "12"  # the default BalloonsPolicy's reservedResources.cpu
+POLICY_NAMESPACE = "kube-system"
 EPOCH = 1_780_000_000  # creationTimestamp of event k is EPOCH + k seconds
 
 # Fleet mix: (NUMA nodes, weight, cores per NUMA node choices). 2 NUMA: two sockets, SNC off (24-60 cores a
@@ -131,6 +135,17 @@ class NodeSpec:
     def cpus(self) -> int:
         return self.numa * self.cores_per_numa * self.tpc
 
+    @property
+    def group(self) -> str:
+        """Nodes of one shape share one generated BalloonsPolicy, `group.<group>` (a policy must match the
+        node's NUMA count and CPU numbering)."""
+        return f"n{self.numa}-c{self.cores_per_numa}-smt{self.tpc}"
+
+    @property
+    def topology(self) -> Topology:
+        """As the ledger reads it from the NUMA-count label, capacity and SMT label."""
+        return linux_layout([self.cores_per_numa] * self.numa, self.tpc, "labels")
+
 
 @dataclass(frozen=True, slots=True)
 class Deploy:
@@ -146,12 +161,10 @@ class Deploy:
 
     @property
     def per_numa(self) -> int:
-        """Cores on each of its TP NUMA nodes: the vllm balloon types hide hyperthreads, 1 CPU = 1 core."""
+        """The user's cpu: N over its ranks: the cores each rank asks for (`nri_cpu_request: cores`). What a
+        rank really costs on a node is that node's business (`Run.need`): the webhook's request over the
+        ranks, over the node's SMT width."""
         return -(-self.cpus // self.tp)
-
-    @property
-    def request_milli(self) -> int:
-        return self.cpus * 1000
 
 
 def make_fleet(count: int, rng: random.Random) -> list[NodeSpec]:
@@ -180,6 +193,7 @@ def node_object(spec: NodeSpec) -> dict[str, Any]:
         "kubernetes.io/hostname": spec.name,
         "kubernetes.io/os": "linux",
         "node-role.kubernetes.io/cpu-inference": "",
+        GROUP_LABEL: spec.group,
         SMT_LABEL: "true" if spec.smt else "false",
         NUMA_LABEL: str(spec.numa),
         "feature.node.kubernetes.io/memory-numa": "true",
@@ -218,24 +232,26 @@ def daemon_pods(spec: NodeSpec) -> list[dict[str, Any]]:
     return out
 
 
-def balloons_policy(fleet: Sequence[NodeSpec]) -> dict[str, Any]:
-    types = [{"name": "reserved", "namespaces": ["kube-system"]}]
-    types += [{"name": f"vllm-balloon-tp{tp}", "hideHyperthreads": True, "preferNewBalloons": True}
-              for tp in (1, 2, 4, 8)]
-    return {
-        "apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
-        "metadata": {"name": "default", "namespace": "kube-system"},
-        "spec": {"reservedResources": {"cpu": POLICY_RESERVED_CPU}, "pinCPU": True, "pinMemory": True,
-                 "allocatorTopologyBalancing": True, "balloonTypes": types},
-        "status": {"nodes": {n.name: {"status": "Success", "generation": 1} for n in fleet}},
-    }
+def group_policies(fleet: Sequence[NodeSpec], settings: Settings) -> list[dict[str, Any]]:
+    """One generated BalloonsPolicy per node shape (`model-placement balloons-policy`'s, named `group.<g>`),
+    each reporting Success for its nodes."""
+    groups: dict[str, list[NodeSpec]] = {}
+    for n in fleet:
+        groups.setdefault(n.group, []).append(n)
+    out = []
+    for group, nodes in sorted(groups.items()):
+        policy = node_balloons_policy(nodes[0].name, nodes[0].topology, settings, POLICY_NAMESPACE)
+        policy["metadata"]["name"] = f"group.{group}"
+        policy["status"] = {"nodes": {n.name: {"status": "Success", "generation": 1} for n in nodes}}
+        out.append(policy)
+    return out
 
 
-def fleet_objects(fleet: Sequence[NodeSpec]) -> list[dict[str, Any]]:
+def fleet_objects(fleet: Sequence[NodeSpec], settings: Settings) -> list[dict[str, Any]]:
     objects: list[dict[str, Any]] = [node_object(n) for n in fleet]
     for n in fleet:
         objects.extend(daemon_pods(n))
-    objects.append(balloons_policy(fleet))
+    objects.extend(group_policies(fleet, settings))
     return objects
 
 
@@ -247,17 +263,18 @@ def mean_cores() -> float:
     return sum(w * sum(-(-c // tp) * tp for c in CPU_CHOICES[tp]) / len(CPU_CHOICES[tp]) for tp, w in TP_WEIGHTS)
 
 
-def approx_model_cores(fleet: Sequence[NodeSpec]) -> int:
-    """For the stream's target only: cores minus the 12 reserved CPUs' cores."""
-    reserved_cpus = int(POLICY_RESERVED_CPU)
-    return sum(n.numa * n.cores_per_numa - math.ceil(reserved_cpus / n.tpc) for n in fleet)
+def approx_model_cores(fleet: Sequence[NodeSpec], settings: Settings) -> int:
+    """For the stream's target only: cores minus the generated policies' reserved cores."""
+    profile = settings.nri_deployment_profile
+    return sum(n.numa * n.cores_per_numa - len(whole_core_reserved(n.topology, profile)) // n.tpc for n in fleet)
 
 
-def make_stream(fleet: Sequence[NodeSpec], events: int, rng: random.Random, load: float) -> list[tuple[str, Any]]:
+def make_stream(fleet: Sequence[NodeSpec], events: int, rng: random.Random, load: float,
+                settings: Settings) -> list[tuple[str, Any]]:
     """Deploys and undeploys. The number of live deploys is steered towards `load` × the fleet's model cores /
     the mean deploy: deploy-only while filling, then about half and half; an undeploy takes a live deploy at
     random (whether or not it ever got placed)."""
-    target = max(1, round(load * approx_model_cores(fleet) / mean_cores()))
+    target = max(1, round(load * approx_model_cores(fleet, settings) / mean_cores()))
     tps = [tp for tp, _ in TP_WEIGHTS]
     weights = [w for _, w in TP_WEIGHTS]
     live: list[str] = []
@@ -333,6 +350,10 @@ def tiebreak(uid: str, node: str) -> int:
 # --------------------------------------------------------------------------------------------------
 # Runs
 
+# Per node shape class, what a demand's balloon costs there: (cores of its smallest rank, cores in all), or
+# None where no node of the class can ever hold it.
+Need = tuple[tuple[int, int] | None, ...]
+
 
 class _View:
     """What `mutate_pod` / `preflight` ask of a cluster, with `eligible` answered by the run (cached per
@@ -352,8 +373,8 @@ class Counters:
     deploys: int = 0
     undeploys: int = 0
     bound: int = 0  # bound to a node by the scheduler
-    started: int = 0  # the balloon was carved at bind time
-    node_failures: int = 0  # bound, no NUMA-local balloon possible on the node
+    started: int = 0  # the ledger placed the balloon at bind time
+    node_failures: int = 0  # bound where the ledger (our own fit) says the plugin fails it
     failure_checks: dict[str, int] = field(default_factory=dict)
     recovered: int = 0  # failing pods that started later (kubelet retry after cores freed on their node)
     refused: int = 0
@@ -376,7 +397,7 @@ class Run:
         n = len(self.names)
         self.numa = [len(led.capacity) for led in self.ledgers]
         self.total = [sum(led.capacity) for led in self.ledgers]
-        self.alloc = [_allocatable_milli(obj) for obj in sorted(
+        self.alloc = [cpu_milli(obj["status"]["allocatable"]["cpu"]) for obj in sorted(
             (o for o in objects if o.get("kind") == "Node"), key=lambda o: o["metadata"]["name"])]
         self.req = [0] * n  # node-level CPU requests kube-scheduler counts, millicores
         for rec in c.pods.values():
@@ -388,24 +409,32 @@ class Run:
         self.sumfree = [0] * n
         for i in range(n):
             self.refresh(i)
-        self.capdesc = [tuple(sorted(led.capacity, reverse=True)) + (-1,) * (8 - len(led.capacity))
-                        for led in self.ledgers]
-        policies = {id(led.nri.policy): led.nri.policy for led in self.ledgers}
-        self.policy = next(iter(policies.values())) if len(policies) == 1 else None
+        # Nodes that look the same to `fit` when empty (one policy, capacity, SMT width) form a class: what a
+        # balloon costs is a question per class, not per node.
+        classes: dict[tuple[int, tuple[int, ...], int, bool], int] = {}
+        self.cls = [classes.setdefault((id(led.nri.policy), led.capacity, led.threads_per_core, led.nri.running),
+                                       len(classes)) for led in self.ledgers]
+        self.reps = [self.ledgers[self.cls.index(k)] for k in range(len(classes))]
+        self._needs: dict[tuple[str, str, int, int], Need | None] = {}
         self.strategy = settings.scoring_strategy
         self._eligible: dict[str, tuple[list[int], list[bool], list[NodeLedger]]] = {}
         self.full_view = _View(c, self.eligible_ledgers)
         # uid -> state: running | failing | pending | refused
         self.state: dict[str, str] = {}
         self.node_of: dict[str, int] = {}
-        self.pod_of: dict[str, dict[str, Any]] = {}
+        self.pod_of: dict[str, dict[str, Any]] = {}  # created pods (after the webhook)
+        self.spec_of: dict[str, Mapping[str, Any]] = {}  # every deploy's spec after the mutation
         self.demand_of: dict[str, ModelDemand] = {}
         self.deploy_of: dict[str, Deploy] = {}
+        self.request_of: dict[str, int] = {}  # the CPU request as the webhook leaves it, millicores
         self.pending: dict[str, None] = {}
         self.failing_on: dict[int, dict[str, None]] = {}
         self.placeable: dict[str, bool] = {}  # uid -> some eligible node could hold it when empty
-        self._placeable: dict[tuple[int, int, int], bool] = {}
-        self.frag_threshold = 0  # a fixed per-NUMA need for the fragmentation figure (set by run_simulation)
+        self._placeable: dict[tuple[int, int], bool] = {}
+        # What each node's kubelet asked its runtime: ("create", uid, the ledger's verdict) at bind, ("remove",
+        # uid, False) when a bound pod goes; the plugin replay plays exactly this.
+        self.history: dict[int, list[tuple[str, str, bool]]] = {}
+        self.frag_cpus = 0  # a fixed per-rank need in CPUs for the fragmentation figure (set by run_simulation)
         self.counters = Counters()
         self.seconds = 0.0
 
@@ -418,6 +447,37 @@ class Run:
         for t, kth in self.kth.items():
             kth[i] = desc[t - 1] if t <= len(desc) else -1
         self.sumfree[i] = sum(f)
+
+    def need(self, demand: ModelDemand) -> Need | None:
+        """Per class, the balloon's rank and total cores as `placement.nri` plans it on an empty node of the
+        class: a rank costs its share of the request over that node's SMT width. `fit` says yes only where
+        the t-th emptiest NUMA node has the smallest rank's cores (necessary, not sufficient: balance-balloons
+        picks a NUMA node or block by balloon count, not by room), and then the score follows from the
+        node's free total and these cores. None: no shortcut (not nri-balloons, or maxBalloons), ask `fit`."""
+        key = (demand.policy, demand.balloon_type, demand.cpu_milli, demand.numa_nodes)
+        if key in self._needs:
+            return self._needs[key]
+        out: list[tuple[int, int] | None] | None = []
+        for led in self.reps if demand.policy == "nri-balloons" else ():
+            policy = led.nri.policy
+            btype = policy.balloon_type(demand.balloon_type) if policy is not None and led.nri.running else None
+            if btype is not None and btype.max_balloons:
+                out = None
+                break
+            plan = None if btype is None or demand.numa_nodes > len(led.capacity) or not demand.cpu_milli \
+                else nri.plan_empty(policy, btype, demand.cpu_milli, led.capacity, led.threads_per_core)  # type: ignore[arg-type]
+            if isinstance(plan, nri.Plan) and len(plan.per_numa) == demand.numa_nodes:
+                out.append((min(c for _, c in plan.per_numa), sum(c for _, c in plan.per_numa)))
+            else:
+                out.append(None)
+        need = tuple(out) if out is not None and demand.policy == "nri-balloons" else None
+        self._needs[key] = need
+        return need
+
+    def candidates(self, idx: Sequence[int], demand: ModelDemand, need: Need) -> list[int]:
+        """Nodes where the balloon may fit now (every node `fit` accepts is one)."""
+        kth, cls = self.kth[demand.numa_nodes], self.cls
+        return [i for i in idx if need[cls[i]] is not None and kth[i] >= need[cls[i]][0]]  # type: ignore[index]
 
     def eligible_entry(self, spec: Mapping[str, Any]) -> tuple[list[int], list[bool], list[NodeLedger]]:
         """The real `cluster.eligible`, cached per nodeSelector/affinity: node labels do not change here."""
@@ -436,15 +496,31 @@ class Run:
     def eligible_ledgers(self, spec: Mapping[str, Any]) -> list[NodeLedger]:
         return self.eligible_entry(spec)[2]
 
-    def could_ever_fit(self, d: Deploy) -> bool:
-        """Some node the (mutated) pod may use has TP NUMA nodes of ≥ per-NUMA-need model cores when empty."""
-        spec = mutate_pod(pod_object(d), self.full_view).pod["spec"] if d.uid not in self.pod_of \
-            else self.pod_of[d.uid]["spec"]
-        idx, mask, _ = self.eligible_entry(spec)
-        key = (id(mask), d.tp, d.per_numa)
+    def could_ever_fit(self, uid: str) -> bool:
+        """Some node the (mutated) pod may use could hold its balloon when empty (not nri-balloons: taken as
+        yes)."""
+        idx, mask, _ = self.eligible_entry(self.spec_of[uid])
+        need = self.need(self.demand_of[uid])
+        if need is None:
+            return True
+        key = (id(mask), id(need))
         if key not in self._placeable:
-            self._placeable[key] = any(self.capdesc[i][d.tp - 1] >= d.per_numa for i in idx)
+            self._placeable[key] = any(need[self.cls[i]] is not None for i in idx)
         return self._placeable[key]
+
+    def rank_cores(self, uid: str, i: int) -> int | None:
+        """The cores each rank of the pod's balloon takes on node i (None: unknown, or it cannot be there)."""
+        need = self.need(self.demand_of[uid])
+        got = need[self.cls[i]] if need is not None else None
+        return got[0] if got is not None else None
+
+    def mutate(self, d: Deploy, cluster: Any) -> Any:
+        """The webhook's mutation of the deploy's pod, remembered with what the scheduler then reads."""
+        mutation = mutate_pod(pod_object(d), cluster)
+        self.spec_of[d.uid] = mutation.pod["spec"]
+        self.demand_of[d.uid] = read_model_pod(mutation.pod, self.cluster.settings)  # what /filter reads
+        self.request_of[d.uid] = self.demand_of[d.uid].cpu_milli
+        return mutation
 
     # -- the stream --------------------------------------------------------------------------------
 
@@ -455,7 +531,7 @@ class Run:
                 self.counters.deploys += 1
                 self.deploy_of[item.uid] = item
                 self.deploy(item)
-                self.placeable[item.uid] = self.could_ever_fit(item)
+                self.placeable[item.uid] = self.could_ever_fit(item.uid)
             else:
                 self.counters.undeploys += 1
                 self.undeploy(item)
@@ -475,13 +551,21 @@ class Run:
             self.forget_pending(uid)
             return
         i = self.node_of.pop(uid)
-        self.req[i] -= self.deploy_of[uid].request_milli
+        self.req[i] -= self.request_of[uid]
+        self.history[i].append(("remove", uid, False))
         if state == "running":
             self.cluster.apply("Pod", "DELETED", self.pod_of[uid])
             self.refresh(i)
         else:  # failing: never held cores
             del self.failing_on[i][uid]
         self.node_freed(i)
+
+    def bound_to(self, uid: str, i: int, predicted: bool) -> None:
+        """kube-scheduler bound the pod to node i: it counts its request there and the kubelet creates it."""
+        self.counters.bound += 1
+        self.node_of[uid] = i
+        self.req[i] += self.request_of[uid]
+        self.history.setdefault(i, []).append(("create", uid, predicted))
 
     def forget_pending(self, uid: str) -> None:
         pass
@@ -515,19 +599,30 @@ class Run:
 
     def sample(self, k: int) -> dict[str, int]:
         waiting = self.waiting()
-        threshold = min((self.deploy_of[u].per_numa for u in waiting if self.placeable[u]), default=0)
-        stranded = sum(f for fr in self.free for f in fr if f < threshold) if threshold else 0
-        fragmented = sum(f for fr in self.free for f in fr if f < self.frag_threshold)
+        # Per class: the smallest rank (in that class's cores) among the waiting pods some node could hold.
+        threshold = [0] * len(self.reps)
+        for u in waiting:
+            need = self.need(self.demand_of[u]) if self.placeable[u] else None
+            for c, got in enumerate(need or ()):
+                if got is not None and (threshold[c] == 0 or got[0] < threshold[c]):
+                    threshold[c] = got[0]
+        frag = [-(-self.frag_cpus // led.threads_per_core) for led in self.reps]
+        cls = self.cls
+        stranded = sum(f for i, fr in enumerate(self.free) for f in fr if f < threshold[cls[i]])
+        fragmented = sum(f for i, fr in enumerate(self.free) for f in fr if f < frag[cls[i]])
         free = sum(self.sumfree)
         capacity = sum(self.total)
+        shown = [t for t in threshold if t]
         return {"event": k, "running": sum(1 for s in self.state.values() if s == "running"),
-                "waiting": len(waiting), "threshold": threshold, "stranded": stranded, "fragmented": fragmented,
+                "waiting": len(waiting), "threshold_min": min(shown, default=0),
+                "threshold_max": max(shown, default=0), "stranded": stranded, "fragmented": fragmented,
                 "free": free, "held": capacity - free}
 
     def audit(self, fleet: Sequence[NodeSpec]) -> dict[str, int]:
         """Independent of the ledger's own bookkeeping: recount every NUMA node's holdings against capacity
-        computed from the topology and the reserved cpuset, check each balloon's shape from the pod as
-        generated, AMX, and that the ledger holds exactly the pods this run believes are running."""
+        computed from the topology and the reserved cpuset, check each balloon's shape (TP distinct NUMA
+        nodes, each rank the cores the node's SMT width makes of the request), AMX, and that the ledger
+        holds exactly the pods this run believes are running."""
         by_name = {n.name: n for n in fleet}
         over = shape_errors = amx = mismatched = topology = stale = shortfall = 0
         running_on: dict[int, set[str]] = {}
@@ -548,19 +643,19 @@ class Run:
             capacity = [sum(1 for core in numa.cores if not reserved.intersection(core.threads))
                         for numa in topo.numa_nodes]
             held = [0] * topo.numa_count
-            models = {u: h for u, h in led.holdings.items()}
-            for uid, h in models.items():
+            for uid, h in led.holdings.items():
                 d = self.deploy_of.get(uid)
                 shortfall += h.shortfall > 0
                 numas = [n for n, _ in h.per_numa]
-                if d is None or len(set(numas)) != d.tp or any(c != d.per_numa for _, c in h.per_numa):
+                rank = -(-self.request_of.get(uid, 0) // (1000 * d.tp * spec.tpc)) if d is not None else 0
+                if d is None or len(set(numas)) != d.tp or any(c != rank for _, c in h.per_numa):
                     shape_errors += 1
                 if d is not None and d.require_amx and spec.amx is False:
                     amx += 1
                 for n, c in h.per_numa:
                     held[n] += c
             over += sum(1 for h, cap in zip(held, capacity) if h > cap)
-            if set(models) != running_on.get(i, set()):
+            if set(led.holdings) != running_on.get(i, set()):
                 mismatched += 1
         return {"numa_overcommitted": over, "balloon_shape_errors": shape_errors, "amx_violations": amx,
                 "ledger_pod_mismatch": mismatched, "topology_mismatch": topology, "index_stale": stale,
@@ -587,25 +682,22 @@ class Run:
             "pods_placed": c.started + c.recovered,
             "running_at_end": end["running"], "waiting_at_end": end["waiting"],
             "capacity_cores": capacity, "held_at_end": end["held"], "free_at_end": end["free"],
-            "stranded_at_end": end["stranded"], "stranded_threshold_at_end": end["threshold"],
+            "stranded_at_end": end["stranded"],
+            "stranded_threshold_at_end": [end["threshold_min"], end["threshold_max"]],
             "mean_held_2nd_half": mean("held"), "mean_stranded_2nd_half": mean("stranded"),
             "fragmented_at_end": end["fragmented"], "mean_fragmented_2nd_half": mean("fragmented"),
-            "fragmented_threshold": self.frag_threshold,
+            "fragmented_threshold_cpus": self.frag_cpus,
             "mean_running_2nd_half": mean("running"),
             "samples": len(c.samples),
             "audit": self.audit(fleet),
+            "history_crc": zlib.crc32(repr(sorted(self.history.items())).encode()),
             "seconds": round(self.seconds, 2),
         }
 
 
-def _allocatable_milli(node: Mapping[str, Any]) -> int:
-    from placement.quantity import cpu_milli
-
-    return cpu_milli(node["status"]["allocatable"]["cpu"])
-
-
 class StockRun(Run):
-    """kube-scheduler as shipped, with the webhook's mutation (balloon annotation, AMX affinity) only."""
+    """kube-scheduler as shipped, with the webhook's mutation (balloon annotation, CPU request, AMX affinity)
+    only."""
 
     kind = "stock"
 
@@ -617,22 +709,20 @@ class StockRun(Run):
         self.order = list(range(len(self.names)))
 
     def deploy(self, d: Deploy) -> None:
-        mutation = mutate_pod(pod_object(d), self.full_view)
-        pod = mutation.pod
-        self.pod_of[d.uid] = pod
-        self.demand_of[d.uid] = read_model_pod(pod, self.cluster.settings)
-        _, eligible, _ = self.eligible_entry(pod["spec"])
-        node = self.schedule(d, eligible)
+        mutation = self.mutate(d, self.full_view)
+        self.pod_of[d.uid] = mutation.pod
+        _, eligible, _ = self.eligible_entry(mutation.pod["spec"])
+        node = self.schedule(d.uid, eligible)
         if node is None:
             self.go_pending(d.uid)
         else:
             self.bind(d.uid, node)
 
-    def schedule(self, d: Deploy, eligible: list[bool]) -> int | None:
+    def schedule(self, uid: str, eligible: list[bool]) -> int | None:
         """Filter round-robin from where the last cycle stopped until `to_find` feasible nodes are found, score
         LeastAllocated, best wins (ties: hash)."""
         n = len(self.names)
-        r = d.request_milli
+        r = self.request_of[uid]
         alloc, req = self.alloc, self.req
         start = self.next_start
         rotated = self.order[start:] + self.order[:start]
@@ -647,14 +737,13 @@ class StockRun(Run):
             return None
         scored = [((alloc[i] - req[i] - r) * 100 // alloc[i], i) for i in feasible]  # least_allocated
         best = max(scored)[0]
-        return min((i for score, i in scored if score == best), key=lambda i: tiebreak(d.uid, self.names[i]))
+        return min((i for score, i in scored if score == best), key=lambda i: tiebreak(uid, self.names[i]))
 
     def bind(self, uid: str, i: int) -> None:
-        """Bound: kube-scheduler counts the request on the node; the node then tries to carve the balloon."""
-        self.counters.bound += 1
-        self.node_of[uid] = i
-        self.req[i] += self.deploy_of[uid].request_milli
+        """Bound: kube-scheduler counts the request on the node; the ledger predicts whether the plugin can
+        carve the balloon (the replay asks the plugin itself)."""
         result = self.cluster.fit(self.demand_of[uid], self.ledgers[i])
+        self.bound_to(uid, i, result.ok)
         if result.ok:
             self.counters.started += 1
             self.start(uid, i)
@@ -665,8 +754,8 @@ class StockRun(Run):
             self.failing_on.setdefault(i, {})[uid] = None
 
     def retry_on(self, uid: str, i: int) -> bool:
-        _, eligible, _ = self.eligible_entry(self.pod_of[uid]["spec"])
-        if not eligible[i] or self.alloc[i] - self.req[i] < self.deploy_of[uid].request_milli:
+        _, eligible, _ = self.eligible_entry(self.spec_of[uid])
+        if not eligible[i] or self.alloc[i] - self.req[i] < self.request_of[uid]:
             return False
         self.bind(uid, i)
         return True
@@ -687,29 +776,24 @@ class ExtenderRun(Run):
     kind = "extender"
     SHORT_LIST = 8
     EXTENDER_WEIGHT = 15
+    index_misses = 0  # candidates of the index that `fit` refused (the fast path's price for staying exact)
 
     def deploy(self, d: Deploy) -> None:
-        pod = pod_object(d)
-        if self.exact:
-            mutation = mutate_pod(pod, self.cluster)
-        else:
-            mutation = mutate_pod(pod, self.full_view)
+        mutation = self.mutate(d, self.cluster if self.exact else self.full_view)
         demand = mutation.demand
         assert demand is not None and mutation.resolution is not None
         spec = mutation.pod["spec"]
         if self.exact:
             verdict = preflight(demand, spec, self.cluster, 1, mutation.resolution)
         else:
-            verdict = self.fast_preflight(d, demand, spec, mutation.resolution)
+            verdict = self.fast_preflight(demand, spec, mutation.resolution)
         if not verdict.allowed:
             self.counters.refused += 1
             self.counters.refused_checks[verdict.check] = self.counters.refused_checks.get(verdict.check, 0) + 1
             self.state[d.uid] = "refused"
             return
-        pod = mutation.pod
-        self.pod_of[d.uid] = pod
-        self.cluster.apply("Pod", "ADDED", pod)  # created, unbound: the watch sees it
-        self.demand_of[d.uid] = read_model_pod(pod, self.cluster.settings)  # what /filter reads
+        self.pod_of[d.uid] = mutation.pod
+        self.cluster.apply("Pod", "ADDED", mutation.pod)  # created, unbound: the watch sees it
         node = self.schedule(d.uid, spec)
         if node is None:
             self.go_pending(d.uid)
@@ -721,63 +805,49 @@ class ExtenderRun(Run):
 
     # -- the webhook's pre-flight --------------------------------------------------------------------
 
-    def candidates(self, idx: Sequence[int], fp: tuple[int, int]) -> list[int]:
-        """Nodes where the balloon may fit: the t-th emptiest NUMA node has ≥ p free cores (necessary for
-        `fit` to say yes; with one policy, no maxBalloons and the plugin running, also sufficient)."""
-        t, p = fp
-        kth = self.kth[t]
-        return [i for i in idx if kth[i] >= p]
-
-    def nominal(self, demand: ModelDemand) -> tuple[int, int] | None:
-        """(TP, cores per NUMA node) of a balloon, the same on every node: one BalloonsPolicy for the whole
-        fleet whose type hides hyperthreads (1 CPU = 1 core whatever the SMT width). None: no shortcut, ask
-        `fit` of every node."""
-        if demand.policy != "nri-balloons" or self.policy is None:
-            return None
-        btype = self.policy.balloon_type(demand.balloon_type)
-        if btype is None or not btype.hide_hyperthreads or btype.max_cpus or btype.max_balloons:
-            return None
-        return demand.tp, -(-demand.cpus // demand.tp)
-
-    def fast_preflight(self, d: Deploy, demand: ModelDemand, spec: Mapping[str, Any], resolution: Any) -> Any:
-        """`preflight` over a short list of the eligible nodes with the same verdict and check id as over all."""
+    def fast_preflight(self, demand: ModelDemand, spec: Mapping[str, Any], resolution: Any) -> Any:
+        """`preflight` over a short list of the eligible nodes with the same verdict and check id as over all:
+        a node that fits when there is one (allowed); else the nodes that could hold it empty, whose
+        refusals are the only resolvable ones (insufficient-free); else one node of each class, first by
+        name, so the refusals' checks and the first of them are those of every eligible node."""
         idx, _, ledgers = self.eligible_entry(spec)
-        fp = self.nominal(demand)
-        if fp is None:
+        need = self.need(demand)
+        if need is None:
             return preflight(demand, spec, _View(self.cluster, lambda _spec: ledgers), 1, resolution)
-        t, p = fp
-        kth = self.kth[t]
-        first = list(islice((i for i in idx if kth[i] >= p), 1))
-        if first:  # a node has room: allowed (preflight's verdict needs one feasible node, any one)
-            pick = first
+        cls = self.cls
+        fits = None
+        for i in self.candidates(idx, demand, need):
+            if self.cluster.fit_admission(demand, self.ledgers[i]).ok:
+                fits = i
+                break
+            self.index_misses += 1
+        if fits is not None:
+            pick = [fits]
         else:
-            cap = self.capdesc
-            # No room now: the nodes that could hold it empty (insufficient-free, resolvable) ...
-            roomy = sorted((i for i in idx if cap[i][t - 1] >= p), key=lambda i: -self.sumfree[i])
-            # ... else the widest with enough NUMA nodes (footprint-exceeds-node) ... else all (tp-exceeds-numa).
-            pick = roomy or sorted((i for i in idx if self.numa[i] >= t), key=lambda i: -cap[i][t - 1])
-        short = [self.ledgers[i] for i in pick[: self.SHORT_LIST]] if pick else ledgers
-        verdict = preflight(demand, spec, _View(self.cluster, lambda _spec: short), 1, resolution)
-        if first and not verdict.allowed:
-            # The short list missed: every candidate (still exact: every feasible node is a candidate).
-            cands = [self.ledgers[i] for i in self.candidates(idx, fp)]
-            verdict = preflight(demand, spec, _View(self.cluster, lambda _spec: cands), 1, resolution)
-        return verdict
+            pick = sorted((i for i in idx if need[cls[i]] is not None), key=lambda i: -self.sumfree[i])
+            pick = pick[: self.SHORT_LIST]
+            if not pick:
+                firsts: dict[int, int] = {}
+                for i in idx:
+                    firsts.setdefault(cls[i], i)
+                pick = sorted(firsts.values())
+        short = [self.ledgers[i] for i in pick]
+        return preflight(demand, spec, _View(self.cluster, lambda _spec: short), 1, resolution)
 
     # -- the scheduler with the extender ------------------------------------------------------------
 
     def primary(self, uid: str, i: int, ext_score: int) -> int:
         """kube-scheduler's total: extender score × weight × 10 + NodeResourcesFit LeastAllocated (CPU)."""
-        r = self.deploy_of[uid].request_milli
+        r = self.request_of[uid]
         return ext_score * self.EXTENDER_WEIGHT * 10 + least_allocated(self.alloc[i], self.req[i] + r)
 
     def schedule(self, uid: str, spec: Mapping[str, Any]) -> int | None:
         demand = self.demand_of[uid]
         idx, _, _ = self.eligible_entry(spec)
-        r = self.deploy_of[uid].request_milli
+        r = self.request_of[uid]
         alloc, req = self.alloc, self.req
-        fp = None if self.exact else self.nominal(demand)
-        if fp is None or self.strategy != "MostAllocated":
+        need = None if self.exact or self.strategy != "MostAllocated" else self.need(demand)
+        if need is None:
             best: tuple[int, int, int] | None = None
             for i in idx:
                 if alloc[i] - req[i] < r:
@@ -788,14 +858,13 @@ class ExtenderRun(Run):
                     if best is None or k > best:
                         best = k
             return None if best is None else best[2]
-        t, p = fp
-        kth, total, sumfree = self.kth[t], self.total, self.sumfree
+        total, sumfree, cls = self.total, self.sumfree, self.cls
         w = self.EXTENDER_WEIGHT * 10
-        tp = t * p
-        # The score fit() gives when it fits: placement.fit._score's MostAllocated on free - t*p, same float ops.
-        scored = [(math.floor((total[i] - sumfree[i] + tp) / total[i] * 10 + 0.5) * w
+        # The score fit() gives when it fits: placement.fit._score's MostAllocated on free less the balloon's
+        # cores, same float ops.
+        scored = [(math.floor((total[i] - sumfree[i] + need[cls[i]][1]) / total[i] * 10 + 0.5) * w  # type: ignore[index]
                    + (alloc[i] - req[i] - r) * 100 // alloc[i], i)
-                  for i in idx if kth[i] >= p and alloc[i] - req[i] >= r]
+                  for i in self.candidates(idx, demand, need) if alloc[i] - req[i] >= r]
         while scored:
             top = max(scored)[0]
             i = min((i for s, i in scored if s == top), key=lambda i: tiebreak(uid, self.names[i]))
@@ -804,6 +873,8 @@ class ExtenderRun(Run):
                 if self.primary(uid, i, result.score) != top:
                     raise AssertionError(f"predicted {top} for {self.names[i]} but fit scores {result.score}")
                 return i
+            # balance-balloons chose a NUMA node or block without room: the index's candidate is not feasible.
+            self.index_misses += 1
             scored = [(s, j) for s, j in scored if j != i]
         return None
 
@@ -814,14 +885,14 @@ class ExtenderRun(Run):
         result = self.cluster.assume(uid, d.namespace, d.name, self.demand_of[uid], self.names[i])
         if not result.ok:
             raise AssertionError(f"assume refused a node the filter passed: {result.reason}")
-        c.bound += 1
-        self.node_of[uid] = i
-        self.req[i] += d.request_milli
+        self.bound_to(uid, i, True)
         self.start(uid, i)
-        # The node's view, checked independently of the filter: a holding of TP NUMA nodes × p cores, no shortfall.
+        # The node's view, checked independently of the filter: TP NUMA nodes × the node's rank cores, no
+        # shortfall.
         h = self.ledgers[i].holdings.get(uid)
+        rank = self.rank_cores(uid, i)
         if h is None or h.assumed or h.shortfall or len({n for n, _ in h.per_numa}) != d.tp \
-                or any(cores != d.per_numa for _, cores in h.per_numa) \
+                or any(cores != rank for _, cores in h.per_numa) \
                 or any(f < 0 for f in self.free[i]):
             c.node_failures += 1
             c.failure_checks["holding-mismatch"] = c.failure_checks.get("holding-mismatch", 0) + 1
@@ -829,13 +900,137 @@ class ExtenderRun(Run):
             c.started += 1
 
     def retry_on(self, uid: str, i: int) -> bool:
-        _, eligible, _ = self.eligible_entry(self.pod_of[uid]["spec"])
-        if not eligible[i] or self.alloc[i] - self.req[i] < self.deploy_of[uid].request_milli:
+        _, eligible, _ = self.eligible_entry(self.spec_of[uid])
+        if not eligible[i] or self.alloc[i] - self.req[i] < self.request_of[uid]:
             return False
         if not self.cluster.fit(self.demand_of[uid], self.ledgers[i]).ok:
             return False
         self.bind(uid, i)
         return True
+
+
+# --------------------------------------------------------------------------------------------------
+# The plugin's own word: a sample of nodes replayed through the real balloons plugin (tests/oracle)
+
+
+AGREEMENT = ("ledger fits, plugin runs", "ledger fits, PLUGIN FAILS", "ledger refuses, plugin runs",
+             "ledger refuses, plugin fails")
+
+
+@dataclass
+class Replay:
+    nodes: list[str] = field(default_factory=list)
+    created: int = 0  # model containers created: once per bind
+    failed: int = 0  # ... that the plugin failed at their bind (CreateContainerError)
+    started_later: int = 0  # ... that started on a kubelet retry after a pod left their node
+    failing_at_end: int = 0
+    spans: int = 0  # model containers pinned, at some point, to more NUMA nodes than their ranks
+    shares: int = 0  # model containers whose balloon, at some point, had a core another balloon has too
+    unpinned: int = 0  # model containers the plugin gave no cpuset
+    daemon_failed: int = 0  # kube-proxy / node-exporter containers the plugin failed
+    mispredicted_at_end: int = 0  # pods the ledger holds at the end whose per-NUMA cores are not their balloon's
+    agreement: dict[str, int] = field(default_factory=lambda: dict.fromkeys(AGREEMENT, 0))
+    seconds: float = 0.0
+
+
+def peer_pod(pod: Mapping[str, Any]) -> tuple[Any, list[Any]]:
+    """The pod as the kubelet hands it to the runtime: annotations, labels, each container's CPU request and
+    limit and memory limit. Every pod here sets requests = limits: Guaranteed."""
+    from tests.oracle.peer import Container, Pod
+
+    meta = pod["metadata"]
+    containers = []
+    for c in pod["spec"]["containers"]:
+        resources = c.get("resources") or {}
+        limits = resources.get("limits") or {}
+        containers.append(Container(c["name"], cpu=(resources.get("requests") or {}).get("cpu"),
+                                    cpu_limit=limits.get("cpu"),
+                                    memory_limit=memory_bytes(limits["memory"]) if "memory" in limits else 0))
+    return Pod(meta["name"], meta["namespace"], "Guaranteed", dict(meta.get("annotations") or {}),
+               dict(meta.get("labels") or {})), containers
+
+
+def replay(run: Run, fleet: Sequence[NodeSpec], policies: Mapping[str, Mapping[str, Any]], sample: int,
+           seed: int) -> Replay:
+    """Replay `sample` nodes (seeded, the same nodes for both runs) through the real plugin: its daemon pods,
+    then every create and remove its kubelet saw, in order, each failing container retried after every
+    removal there (kubelet's back-off), the plugin's own cpusets checked after every step."""
+    from tests.oracle.peer import BalloonsPeer
+    from tests.oracle.sysfs import NodeShape
+
+    t0 = time.perf_counter()
+    by_name = {n.name: n for n in fleet}
+    out = Replay()
+    for i in sorted(random.Random(f"replay-{seed}").sample(range(len(run.names)), min(sample, len(run.names)))):
+        spec = by_name[run.names[i]]
+        shape = NodeShape(packages=2, numa_per_package=spec.numa // 2, cores_per_numa=spec.cores_per_numa,
+                          threads_per_core=spec.tpc)
+        with BalloonsPeer(shape, {"spec": policies[f"group.{spec.group}"]["spec"]}) as node:
+            _replay_node(run, i, spec, shape, node, out)
+        out.nodes.append(spec.name)
+    out.seconds = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def _replay_node(run: Run, i: int, spec: NodeSpec, shape: Any, node: Any, out: Replay) -> None:
+    for daemon in daemon_pods(spec):
+        pod, containers = peer_pod(daemon)
+        out.daemon_failed += sum(not node.create(pod, c).ok for c in containers)
+    uid_of: dict[str, str] = {}  # "ns/pod/container" -> uid, the model containers
+    failing: dict[str, None] = {}
+    spanned: set[str] = set()
+    shared: set[str] = set()
+    unpinned: set[str] = set()
+
+    def create(uid: str) -> bool:
+        pod, [container] = peer_pod(run.pod_of[uid])
+        uid_of[f"{pod.namespace}/{pod.name}/{container.name}"] = uid
+        return node.create(pod, container).ok
+
+    def check() -> None:
+        for key, placed in node.containers().items():
+            uid = uid_of.get(key)
+            if uid is not None and len({shape.numa_of(c) for c in placed.cpus}) > run.deploy_of[uid].tp:
+                spanned.add(uid)
+            if uid is not None and not placed.cpus:
+                unpinned.add(uid)
+        balloons = [(b, {shape.core_of(c) for c in b.cpus}) for b in node.balloons()]
+        for b, cores in balloons:
+            models = [uid_of[k] for k in b.containers if k in uid_of]
+            if models and any(cores & other for o, other in balloons if o.name != b.name):
+                shared.update(models)
+
+    for op, uid, predicted in run.history.get(i, ()):
+        if op == "create":
+            ok = create(uid)
+            out.created += 1
+            out.agreement[AGREEMENT[(not predicted) * 2 + (not ok)]] += 1
+            if not ok:
+                out.failed += 1
+                failing[uid] = None
+        else:
+            node.remove_pod(peer_pod(run.pod_of[uid])[0])
+            failing.pop(uid, None)
+            for waiting in list(failing):
+                if create(waiting):
+                    del failing[waiting]
+                    out.started_later += 1
+        check()
+    out.failing_at_end += len(failing)
+    out.spans += len(spanned)
+    out.shares += len(shared)
+    out.unpinned += len(unpinned)
+    # Where the plugin has each pod now against where the ledger says it is.
+    observed: dict[str, tuple[tuple[int, int], ...]] = {}
+    for b in node.balloons():
+        per_numa: dict[int, set[int]] = {}
+        for cpu in b.cpus:
+            per_numa.setdefault(shape.numa_of(cpu), set()).add(shape.core_of(cpu))
+        for key in b.containers:
+            if key in uid_of:
+                observed[uid_of[key]] = tuple(sorted((n, len(c)) for n, c in per_numa.items()))
+    out.mispredicted_at_end += sum(observed.get(uid) != tuple(sorted(h.per_numa))
+                                   for uid, h in run.ledgers[i].holdings.items())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -864,39 +1059,55 @@ def stream_summary(stream: Sequence[tuple[str, Any]]) -> dict[str, Any]:
 
 
 DEFINITIONS = {
-    "pods_placed": "pods that got their NUMA-local balloon: at bind, or later when cores freed on their node",
-    "node_failures": "pods bound to a node where fit() on the node's ledger says no balloon of TP NUMA nodes x "
-                     "cores/NUMA can be carved (CreateContainerError); counted once, at bind",
+    "pods_placed": "pods whose NUMA-local balloon the ledger placed: at bind, or later when cores freed on their "
+                   "node (fleet-wide, our model of the plugin)",
+    "predicted failures": "pods bound where fit() on the node's ledger says the plugin cannot carve their "
+                          "balloon (stock); or whose holding is not TP NUMA nodes x the node's rank cores "
+                          "(extender); fleet-wide, counted once, at bind",
+    "plugin replay": "a seeded sample of nodes (the same for both runs) replayed through the real NRI balloons "
+                     "plugin (tests/oracle): daemon pods, then every create/remove the node's kubelet saw, in "
+                     "order, failing containers retried after each removal; FAILED: the plugin failed the "
+                     "container at bind; NUMA: pinned to more NUMA nodes than ranks; SHARED: its balloon had a "
+                     "core another balloon had; at end: the ledger's per-NUMA cores differ from the balloon's",
     "refused": "pods the webhook's pre-flight refused at admission (never created)",
     "pending": "pods no node passed the scheduler's filters for; retried when a pod leaves a node",
     "waiting": "live deploys holding no cores: pending + failing on their node + refused up front",
     "stranded": "free model cores (ledger.free(), reserved excluded) in NUMA nodes with fewer free cores than "
-                "the smallest per-NUMA need (ceil(cpus / TP)) among the waiting pods at that moment that some "
+                "the smallest rank (in that node's cores) among the waiting pods at that moment that some "
                 "eligible node could hold when empty; 0 when nothing (placeable) waits",
-    "fragmented": "free model cores in NUMA nodes with fewer free cores than the stream's median per-NUMA need "
-                  "(the same threshold for both runs)",
+    "fragmented": "free model cores in NUMA nodes with fewer free cores than the stream's median rank (its "
+                  "webhook-set request over TP, in CPUs, over the node's SMT width; the same for both runs)",
     "mean 2nd half": "mean over the samples (every events/50) of the second half of the stream (steady state)",
 }
 
 
+def median_rank_cpus(stream: Sequence[tuple[str, Any]], settings: Settings) -> int:
+    """The stream's median CPUs per rank as the webhook sets the request (a hide-hyperthreads type)."""
+    tpc, mode = settings.mm_kubelet_threads_per_core, settings.nri_cpu_request
+    ranks = sorted(-(-balloon_request(read_model_pod(pod_object(d), settings), {}, tpc, True, mode) // (1000 * d.tp))
+                   for verb, d in stream if verb == "deploy")
+    return ranks[len(ranks) // 2] if ranks else 0
+
+
 def run_simulation(nodes: int = 1000, events: int = 20000, seed: int = 7, load: float = 1.0,
                    exact: bool = False, stock_percentage: int = 0, samples: int = 50,
-                   settings: Settings | None = None) -> dict[str, Any]:
-    """Both runs over the same fleet and stream; the figures as a dict (`format_report` prints them)."""
+                   settings: Settings | None = None, replay_nodes: int = 20) -> dict[str, Any]:
+    """Both runs over the same fleet and stream, then `replay_nodes` of each through the real plugin; the
+    figures as a dict (`format_report` prints them)."""
     settings = settings or Settings()
     t0 = time.perf_counter()
     fleet = make_fleet(nodes, random.Random(f"fleet-{seed}"))
-    stream = make_stream(fleet, events, random.Random(f"stream-{seed}"), load)
-    objects = fleet_objects(fleet)
+    stream = make_stream(fleet, events, random.Random(f"stream-{seed}"), load, settings)
+    objects = fleet_objects(fleet, settings)
+    policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "BalloonsPolicy"}
     setup = time.perf_counter() - t0
     sample_every = max(1, events // max(1, samples))
-    needs = sorted(d.per_numa for verb, d in stream if verb == "deploy")
-    frag = needs[len(needs) // 2] if needs else 0  # the stream's median per-NUMA need
+    frag = median_rank_cpus(stream, settings)
     runs: dict[str, Any] = {}
     for run in (lambda: StockRun(objects, settings, stock_percentage), lambda: ExtenderRun(objects, settings, exact)):
         t1 = time.perf_counter()
         r = run()
-        r.frag_threshold = frag
+        r.frag_cpus = frag
         build = time.perf_counter() - t1
         r.play(stream, sample_every)
         figures = r.figures(fleet)
@@ -906,11 +1117,14 @@ def run_simulation(nodes: int = 1000, events: int = 20000, seed: int = 7, load: 
                                     "feasible nodes scored")
         else:
             figures["scheduler"] = "pre-flight; fit() filter; MostAllocated ×150 + LeastAllocated; all nodes"
+        figures["index_misses"] = getattr(r, "index_misses", 0)
+        figures["replay"] = asdict(replay(r, fleet, policies, replay_nodes, seed)) if replay_nodes else None
         runs[r.kind] = figures
     return {
         "params": {"nodes": nodes, "events": events, "seed": seed, "load": load, "exact": exact,
-                   "stock_percentage": stock_percentage or "adaptive",
-                   "policy": settings.kubernetes_cpu_policy, "scoring": settings.scoring_strategy},
+                   "stock_percentage": stock_percentage or "adaptive", "replay_nodes": replay_nodes,
+                   "policy": settings.kubernetes_cpu_policy, "scoring": settings.scoring_strategy,
+                   "nri_cpu_request": settings.nri_cpu_request},
         "fleet": fleet_summary(fleet), "stream": stream_summary(stream),
         "setup_seconds": round(setup, 2), "runs": runs, "definitions": DEFINITIONS,
     }
@@ -924,6 +1138,9 @@ def comparable(result: Mapping[str, Any]) -> dict[str, Any]:
     for figures in out["runs"].values():
         figures.pop("seconds", None)
         figures.pop("build_seconds", None)
+        figures.pop("index_misses", None)
+        if figures.get("replay"):
+            figures["replay"].pop("seconds", None)
     return out
 
 
@@ -939,7 +1156,8 @@ def format_report(result: Mapping[str, Any]) -> str:
         f"fleet:  {f['nodes']:,} nodes — NUMA 2/4/8: {f['numa']['2']}/{f['numa']['4']}/{f['numa']['8']}, "
         f"SMT on/off: {f['smt_on']}/{f['smt_off']}, AMX/none: {f['amx']}/{f['no_amx']}, "
         f"{f['cores_per_numa'][0]}-{f['cores_per_numa'][1]} cores per NUMA node, {f['cores']:,} cores "
-        f"({a['capacity_cores']:,} model cores after the 12 reserved CPUs)",
+        f"({a['capacity_cores']:,} model cores after the reserved CPUs); one generated BalloonsPolicy per "
+        f"shape, cpu: N made N cores ({p['nri_cpu_request']} mode)",
         f"stream: {s['events']:,} events — {s['deploys']:,} deploys + {s['undeploys']:,} undeploys; "
         f"TP 1/2/4/8: {s['tp']['1']:,}/{s['tp']['2']:,}/{s['tp']['4']:,}/{s['tp']['8']:,}; "
         f"{s['cpus'][0]}-{s['cpus'][1]} CPUs; {s['require_amx']:,} require AMX",
@@ -954,11 +1172,11 @@ def format_report(result: Mapping[str, Any]) -> str:
     rows: list[tuple[str, str, str]] = [
         ("", "stock kube-scheduler", "webhook + extender"),
         row("pods bound to a node", n("bound")),
-        row("  balloon carved at bind", n("started_at_bind")),
-        row("  FAILED ON THE NODE (no NUMA-local balloon)", n("node_failures")),
+        row("  balloon carved at bind (ledger)", n("started_at_bind")),
+        row("  predicted to fail on the node (ledger)", n("node_failures")),
         row("  … started later (cores freed on its node)", n("started_after_retry")),
         row("  … still failing at the end", n("failing_at_end")),
-        row("pods placed (got their balloon)", n("pods_placed")),
+        row("pods placed (got their balloon, ledger)", n("pods_placed")),
         ("refused up front (pre-flight)", "n/a", f"{b['refused']:,}"),
         row("left pending, ever / placed later / at end",
             lambda r: f"{r['ever_pending']:,} / {r['placed_after_pending']:,} / {r['pending_at_end']:,}"),
@@ -969,15 +1187,36 @@ def format_report(result: Mapping[str, Any]) -> str:
         row("  utilisation at the end", lambda r: f"{r['held_at_end'] / r['capacity_cores']:.1%}"),
         row("free cores at the end", n("free_at_end")),
         row("stranded free cores at the end (threshold)",
-            lambda r: f"{r['stranded_at_end']:,} (<{r['stranded_threshold_at_end']})"),
+            lambda r: f"{r['stranded_at_end']:,} (<{'-'.join(map(str, sorted(set(r['stranded_threshold_at_end']))))})"),
         row("stranded free cores, mean 2nd half", lambda r: f"{r['mean_stranded_2nd_half']:,.0f}"),
-        row(f"free cores in NUMA nodes with <{a['fragmented_threshold']} free: end / mean",
+        row(f"free cores in NUMA nodes with <{a['fragmented_threshold_cpus']} CPUs' cores free: end / mean",
             lambda r: f"{r['fragmented_at_end']:,} / {r['mean_fragmented_2nd_half']:,.0f}"),
         row("audit: NUMA nodes overcommitted", lambda r: str(r["audit"]["numa_overcommitted"])),
         row("audit: AMX violations / bad balloons",
             lambda r: f"{r['audit']['amx_violations']} / {r['audit']['balloon_shape_errors']}"),
         row("wall time (build state + play)", lambda r: f"{r['build_seconds']:.1f} s + {r['seconds']:.1f} s"),
     ]
+    if a["replay"] and b["replay"]:
+        ra, rb = a["replay"], b["replay"]
+
+        def rp(label: str, show: Any) -> tuple[str, str, str]:
+            return label, show(ra), show(rb)
+
+        def m(key: str) -> Any:
+            return lambda r: f"{r[key]:,}"
+
+        rows += [
+            rp(f"REAL PLUGIN on {len(ra['nodes'])} sampled nodes: model containers created", m("created")),
+            rp("  FAILED BY THE PLUGIN at bind", m("failed")),
+            rp("  … started later / still failing at the end",
+               lambda r: f"{r['started_later']:,} / {r['failing_at_end']:,}"),
+            rp("  PINNED TO MORE NUMA NODES THAN RANKS", m("spans")),
+            rp("  SHARING A CORE WITH ANOTHER BALLOON", m("shares")),
+            rp("  unpinned / daemon containers failed", lambda r: f"{r['unpinned']} / {r['daemon_failed']}"),
+            rp("  ledger's per-NUMA cores wrong at the end", m("mispredicted_at_end")),
+            *(rp(f"  {k}", lambda r, k=k: f"{r['agreement'][k]:,}") for k in AGREEMENT),
+            rp("  wall time (a peer start costs ~3 s)", lambda r: f"{r['seconds']:.1f} s"),
+        ]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     w2 = max(len(r[2]) for r in rows)
@@ -987,11 +1226,13 @@ def format_report(result: Mapping[str, Any]) -> str:
             lines.append("-" * (w0 + w1 + w2 + 4))
     lines += [
         "",
-        f"node-side failures by check (stock): {_checks(a['node_failure_checks'])}",
-        f"refusals by check (extender):        {_checks(b['refused_checks'])}",
+        f"predicted node-side failures by check (stock): {_checks(a['node_failure_checks'])}",
+        f"refusals by check (extender):                  {_checks(b['refused_checks'])}",
         f"stock:    {a['scheduler']}",
         f"extender: {b['scheduler']}",
         f"setup (fleet + stream generation): {result['setup_seconds']:.1f} s",
+        f"plugin replay: {len(a['replay']['nodes']) if a['replay'] else 0} of {f['nodes']:,} nodes per run "
+        "(--replay N; each node costs a ~3 s start of the real plugin, so the default sample is small)",
         "",
     ]
     lines += [f"{k}: {v}" for k, v in result["definitions"].items()]
@@ -1010,11 +1251,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="stock kube-scheduler percentageOfNodesToScore (0: the adaptive default)")
     parser.add_argument("--exact", action="store_true",
                         help="no index: real preflight and fit() over every eligible node (slow)")
+    parser.add_argument("--replay", type=int, default=20, metavar="N",
+                        help="nodes of each run replayed through the real NRI balloons plugin (0: none)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
-    result = run_simulation(args.nodes, args.events, args.seed, args.load, args.exact, args.stock_percentage)
+    result = run_simulation(args.nodes, args.events, args.seed, args.load, args.exact, args.stock_percentage,
+                            replay_nodes=args.replay)
     print(json.dumps(result, indent=2) if args.json else format_report(result))
-    bad = result["runs"]["extender"]["node_failures"] or any(result["runs"]["extender"]["audit"].values())
+    ext = result["runs"]["extender"]
+    plugin = ext["replay"] or {}
+    bad = ext["node_failures"] or any(ext["audit"].values()) \
+        or any(plugin.get(k) for k in ("failed", "spans", "shares", "unpinned", "mispredicted_at_end"))
     return 1 if bad else 0
 
 
