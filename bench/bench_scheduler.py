@@ -1,0 +1,140 @@
+"""The real kube-scheduler placing pending model pods, with our extender and without it, same run.
+
+    python bench/bench_scheduler.py [--nodes 1000 5000] [--pods 300]
+
+For each fleet size: one control plane (tests/e2e/cluster.py), N empty 2-NUMA Xeon nodes, model-placement
+installed from manifests/. Two kube-scheduler processes from the same binary and the same configuration of
+manifests/: one with our extender (profile model-placement-scheduler), one with the `extenders:` stanza removed
+(profile bench-plain). For each, `--pods` model pods are created while it is stopped and then it is started: pods/s
+is the bound pods over the time from the first bind seen to the last. The extended pods come through our webhook
+(mutated as in production); the plain ones are the same mutated pods with only schedulerName changed.
+The extender's share: the seconds our server spent answering /filter and /prioritize (its own
+request-duration metric) over the wall time of the run; /bind runs off the scheduling cycle and is shown apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.e2e.cluster import Cluster, node, wait_until  # noqa: E402
+from tests.e2e.fleet import model_pod  # noqa: E402
+
+EXTENDED_NS, PLAIN_NS = "bench", "bench-plain"
+PLAIN = "bench-plain"
+
+
+def without_extender(config: dict[str, Any]) -> None:
+    config.pop("extenders", None)
+    config["profiles"] = [{"schedulerName": PLAIN}]
+    config["leaderElection"] = {"leaderElect": False}
+
+
+def route_seconds(cluster: Cluster) -> dict[str, float]:
+    """Server-side seconds our extender spent per route, from its /metrics."""
+    _, body = cluster.get_ours("extender", "/metrics")
+    out: dict[str, float] = {}
+    for m in re.finditer(r'^model_placement_http_request_duration_seconds_sum\{([^}]*)\} (\S+)$', body.decode(), re.M):
+        route = re.search(r'route="([^"]*)"', m.group(1))
+        if route:
+            out[route.group(1)] = out.get(route.group(1), 0.0) + float(m.group(2))
+    return out
+
+
+def bound_count(cluster: Cluster, namespace: str) -> int:
+    pods = cluster.api.get(f"/api/v1/namespaces/{namespace}/pods?fieldSelector=spec.nodeName!%3D&limit=100000")
+    return len(pods["items"])
+
+
+def timed_run(cluster: Cluster, namespace: str, pods: int, start: Any) -> tuple[float, float]:
+    """(pods/s, wall seconds): `start` launches the scheduler; measured from its first bind to the last."""
+    start()
+    first = wait_until("the first bind", lambda: bound_count(cluster, namespace) > 0 and time.monotonic(),
+                       timeout=300, every=0.05)
+    first_bound = bound_count(cluster, namespace)
+    wait_until(f"{pods} pods bound in {namespace}", lambda: bound_count(cluster, namespace) >= pods,
+               timeout=1800, every=0.25)
+    wall = time.monotonic() - first
+    return (pods - first_bound) / wall, wall
+
+
+def run(nodes: int, pods: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
+        cluster = Cluster(Path(tmp))
+        try:
+            cluster.start()
+            cluster.install()
+            cluster.kubectl("apply", "-f", str(Path(__file__).resolve().parents[1] / "manifests" / "examples"
+                                               / "balloonspolicy.yaml"))
+            cluster.create_namespace(EXTENDED_NS, enabled=True)
+            cluster.create_namespace(PLAIN_NS, enabled=False)
+            cluster.create_nodes([node(f"node-{i:05d}", numa=2, cores_per_numa=32) for i in range(nodes)])
+            cluster.start_model_placement("webhook")
+            cluster.start_model_placement("extender")
+            # Through our webhook, as in production; pending until their scheduler starts.
+            cluster.create_pods([model_pod(f"m-{i:05d}", EXTENDED_NS, tp=1, cpu="16", model=f"model-{i % 20}")
+                                 for i in range(pods)])
+            before = route_seconds(cluster)
+            extended, wall = timed_run(cluster, EXTENDED_NS, pods, cluster.start_scheduler)
+            after = route_seconds(cluster)
+            cycle = sum(after.get(r, 0) - before.get(r, 0) for r in ("/filter", "/prioritize"))
+            bind = after.get("/bind", 0) - before.get("/bind", 0)
+            cluster.components["kube-scheduler"].stop()
+            plain_pods = []
+            for pod in cluster.pods(EXTENDED_NS):
+                clone = copy.deepcopy(pod)
+                clone["metadata"] = {k: v for k, v in pod["metadata"].items()
+                                     if k in ("name", "labels", "annotations")} | {"namespace": PLAIN_NS}
+                spec = clone["spec"]
+                for key in ("nodeName", "volumes", "serviceAccount", "serviceAccountName"):
+                    spec.pop(key, None)
+                for c in spec["containers"]:
+                    c.pop("volumeMounts", None)
+                spec["schedulerName"] = PLAIN
+                clone.pop("status", None)
+                plain_pods.append(clone)
+            # Same nodes, empty again for the plain scheduler: delete the extended pods first.
+            # Force: with no kubelet, a graceful delete of a bound pod never completes.
+            cluster.api.call("DELETE", f"/api/v1/namespaces/{EXTENDED_NS}/pods?gracePeriodSeconds=0")
+            wait_until("the extended pods gone", lambda: not cluster.pods(EXTENDED_NS), timeout=120)
+            cluster.create_pods(plain_pods)
+            plain, plain_wall = timed_run(cluster, PLAIN_NS, pods, lambda: cluster.start_scheduler(
+                "kube-scheduler-plain", without_extender))
+            return {"nodes": nodes, "pods": pods, "extended": extended, "plain": plain,
+                    "ratio": extended / plain, "share": cycle / wall, "bind_ms": 1000 * bind / pods,
+                    "cycle_ms": 1000 * cycle / pods}
+        except BaseException:
+            print(cluster.tails(), file=sys.stderr)
+            raise
+        finally:
+            cluster.stop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    p.add_argument("--pods", type=int, default=300)
+    args = p.parse_args()
+    goals = {1000: 0.8, 5000: 0.5}
+    rows = [run(n, args.pods) for n in args.nodes]
+    print("| nodes | pods | with extender (pods/s) | without (pods/s) | ratio (goal) | extender share of the cycle "
+          "| /filter+/prioritize per pod | /bind per pod |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        goal = goals.get(r["nodes"])
+        print(f"| {r['nodes']:,} | {r['pods']} | {r['extended']:.1f} | {r['plain']:.1f} | **{r['ratio']:.2f}**"
+              f"{f' (≥ {goal})' if goal else ''} | {100 * r['share']:.0f} % | {r['cycle_ms']:.1f} ms "
+              f"| {r['bind_ms']:.1f} ms |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
