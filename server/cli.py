@@ -250,6 +250,12 @@ def parser() -> argparse.ArgumentParser:
           help="with a new CA, also write its key to DIR/ca.key (0600), to renew from it later")
     _flag(c, "--ca-days", type=_positive(int), default=3650, help="validity of a new CA")
 
+    e = sub.add_parser("explain", help="one pending model pod: every node's numbers and the change that would fit it")
+    e.add_argument("pod", metavar="POD", help="NAMESPACE/NAME, or NAME with -n")
+    _global_flags(e, suppress=True)
+    _flag(e, "-n", "--namespace", default="default", help="the pod's namespace when POD has none")
+    _flag(e, "-o", "--output", choices=["text", "json"], default="text", help="output format")
+
     b = sub.add_parser("balloons-policy", help="the per-node BalloonsPolicy the topology model implies")
     b.add_argument("nodes", nargs="*", metavar="NODE", help="node names (default: every node)")
     _global_flags(b, suppress=True)
@@ -313,7 +319,10 @@ def _main(argv: Sequence[str] | None) -> int:
         settings = load_settings(args.config)
         if server:
             return run_server(args, settings)
-        commands = {"render": run_render, "report": run_report, "balloons-policy": run_balloons_policy}
+        from server.explain import run_explain
+
+        commands = {"render": run_render, "report": run_report, "balloons-policy": run_balloons_policy,
+                    "explain": run_explain}
         return commands[args.command](args, settings, say)
     except (InputError, ConfigError, ReloadError) as exc:
         if server:

@@ -1,0 +1,56 @@
+"""`model-placement explain POD`: what the extender's node-free answer leaves out, per node: its own free cores,
+the reason of its class, and the one change that would make the pod fit there. Through the real command."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from server.cli import demo_text, load_objects
+from tests.test_extender import model_pod
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def cluster_file(tmp_path: Path, *pods: dict[str, Any]) -> str:
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": load_objects(demo_text()) + list(pods)}))
+    return str(path)
+
+
+def test_every_node_with_its_numbers_and_the_change_that_would_fit(tmp_path: Path) -> None:
+    pending = model_pod("big-model", cpus=48)  # 24 cores on one NUMA node (SMT 2)
+    done = cli("--cluster", cluster_file(tmp_path, pending), "explain", "llm-inference/big-model", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    nodes = {n["node"]: n for n in answer["nodes"]}
+    assert answer["pod"] == "llm-inference/big-model" and len(nodes) == 7
+    assert nodes["cpu-a1"]["fits"] and nodes["cpu-a1"]["change"].startswith("fits now (NUMA 0: 24 cores")
+    # Full now: the fewest pods to evict, by name, on the NUMA node it would get.
+    full = nodes["cpu-full"]
+    assert not full["fits"] and re.fullmatch(r"NUMA 0: \d/29, NUMA 1: \d/29 free cores", full["free"])
+    assert full["change"].startswith("evict llm/qwen-14b-predictor-7f6d5-klmno (NUMA ")
+    assert "cpu-full" not in full["reason"] and "needs 24 free cores" in full["reason"]
+    # Too small even when empty: the largest request that would fit there.
+    assert nodes["cpu-snc4"]["change"] == "ask for at most 44 CPUs (the pod asks for 48)"
+    text = cli("--cluster", cluster_file(tmp_path, pending), "explain", "big-model", "-n", "llm-inference")
+    assert text.returncode == 0 and "fits 4 of 7 nodes now" in text.stdout.splitlines()[0]
+    assert f"cpu-full: {full['free']}" in text.stdout
+
+
+def test_a_pod_that_is_not_there_bound_or_not_a_model_is_one_sentence(tmp_path: Path) -> None:
+    demo = cluster_file(tmp_path)
+    missing = cli("--cluster", demo, "explain", "llm/nope")
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.strip().endswith("no pod llm/nope in the cluster (give NAMESPACE/NAME, or -n NAMESPACE)")
+    bound = cli("--cluster", demo, "explain", "llm/qwen-14b-predictor-7f6d5-klmno")
+    assert bound.returncode == 0 and "is not pending: it is bound to node cpu-full" in bound.stderr
