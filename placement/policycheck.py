@@ -296,6 +296,7 @@ def _node_findings(policy: BalloonsPolicy, ledgers: Sequence[NodeLedger],
     preferred = {(model, part): btype.close_numa for model in model_types for part in _reachable(policy, model)
                  if (btype := policy.balloon_type(part)) is not None and btype.close_numa is not None}
     named = _named_cpus(policy)
+    wanted = _pre_created(policy)
     for ledger in ledgers:
         topo = ledger.topology
         reserved = _reserved_on(policy, topo)
@@ -312,13 +313,26 @@ def _node_findings(policy: BalloonsPolicy, ledgers: Sequence[NodeLedger],
             refusals.extend((NUMA_DEVICE_MISSING, (model, part, device, numa), ledger.name)
                             for (model, part), device in preferred.items() if device >= numa)
         outside = len(topo.cpus - reserved) if reserved is not None else len(topo.cpus)
-        wanted = tuple((t.name, t.min_balloons, t.min_cpus) for t in policy.balloon_types
-                       if t.name != RESERVED_TYPE and t.min_balloons > 0 and t.min_cpus > 0)
         if sum(n * c for _, n, c in wanted) > outside:
             refusals.append((MIN_BALLOONS_DO_NOT_FIT, (wanted, outside, reserved is not None), ledger.name))
         if reserved is not None and reserved != ledger.reserved:
             warnings.extend((RESERVES_HELD_CORES, key, ledger.name) for key in _held_conflicts(ledger, reserved))
     return _grouped(refusals, _render), _grouped(warnings, _render)
+
+
+def _pre_created(policy: BalloonsPolicy) -> tuple[tuple[str, int, int], ...]:
+    """(type, minBalloons, minCPUs) of the balloons the plugin creates with CPUs before any container arrives. The
+    reserved one counts when reservedResources.cpu is a CPU count (it becomes its minCPUs); a reserved cpuset is
+    where the others must not go."""
+    wanted = [(t.name, t.min_balloons, t.min_cpus) for t in policy.balloon_types
+              if t.name != RESERVED_TYPE and t.min_balloons > 0 and t.min_cpus > 0]
+    text = policy.reserved_cpu
+    if text and not text.startswith(("cpuset:", "exclude-cpuset:")):
+        try:
+            wanted.insert(0, (RESERVED_TYPE, 1, math.ceil(cpu_milli(text) / 1000)))
+        except QuantityError:
+            pass  # refused already, as the plugin refuses it
+    return tuple(wanted)
 
 
 def _named_cpus(policy: BalloonsPolicy) -> CPUSet | None:

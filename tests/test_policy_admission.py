@@ -143,6 +143,10 @@ async def test_min_balloons_that_do_not_fit_outside_the_reserved_cpuset_are_refu
             "outside the reserved cpuset")
     warm["minBalloons"] = 3
     assert (await wh.validate(policy_review(stored(spec(warm, reserved="cpuset:0-1,32-33"))))).allowed
+    # A reserved CPU count is a balloon of that many CPUs, anywhere on the node.
+    refused(await wh.validate(policy_review(stored(spec(warm, reserved="20")))),
+            "minBalloons × minCPUs ('reserved' 1 × 20, 'vllm-balloon-tp1' 3 × 16) is 68 CPUs but nodes small-a, "
+            "small-b have 64 in all")
 
 
 @pytest.mark.parametrize(("types", "reserved", "phrase"), [

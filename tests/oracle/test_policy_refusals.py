@@ -56,6 +56,7 @@ PLUGIN_REFUSED: dict[str, tuple[str, Spec, str]] = {
                           'balloon type \\"nope\\" in composite balloon \\"vllm-balloon-tp2\\" is not defined'),
     "min-balloons-exceed-node": (MIN_BALLOONS_DO_NOT_FIT, policy({"name": "warm", "minBalloons": 3, "minCPUs": 8}),
                                  "not enough free CPUs"),
+    "reserved-count-exceeds-node": (MIN_BALLOONS_DO_NOT_FIT, policy(reserved="20"), "not enough free CPUs"),
     "duplicate-name": (PLUGIN_REFUSES, policy({"name": "a"}, {"name": "a"}), "two balloon types with the same name"),
     "empty-name": (PLUGIN_REFUSES, policy({"name": ""}), "missing or empty name in a balloon type"),
     "min-cpus-above-max": (PLUGIN_REFUSES, policy({"name": "a", "minCPUs": 4, "maxCPUs": 2}), "MinCpus (4) > MaxCpus (2)"),
