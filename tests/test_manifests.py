@@ -89,7 +89,7 @@ LEADER_ELECTION_KEYS = {
 }
 PROFILE_KEYS = {"schedulerName", "percentageOfNodesToScore", "plugins", "pluginConfig"}
 # The routes the extender serves (DESIGN.md, "Extender protocol").
-EXTENDER_VERBS = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "bindVerb": "bind"}
+EXTENDER_VERBS = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "preemptVerb": "preempt", "bindVerb": "bind"}
 
 # nri-cpumanager.md 1b: BalloonsPolicy spec = balloons.Config + control, log, instrumentation, agent.
 BALLOONS_POLICY_KEYS = {
@@ -122,6 +122,10 @@ OUR_CLUSTER_ROLES = {
     "model-placement:pod-binder": {
         ("", "pods/binding", ()): {"create"},
     },
+    "model-placement-scheduler:preemption": {
+        ("", "pods/eviction", ()): {"create"},
+        ("policy", "poddisruptionbudgets", ()): {"get", "list"},
+    },
 }
 OUR_ROLES = {
     (NAMESPACE, "model-placement-scheduler:leader-election"): {
@@ -139,6 +143,7 @@ EXPECTED_GRANTS = {
         ("ClusterRole", "model-placement:cluster-state-reader", None),
         ("ClusterRole", "model-placement:event-recorder", None),
         ("ClusterRole", "model-placement:pod-binder", None),
+        ("ClusterRole", "model-placement-scheduler:preemption", None),
         ("ClusterRole", "system:kube-scheduler", None),
         ("ClusterRole", "system:volume-scheduler", None),
         ("Role", "extension-apiserver-authentication-reader", "kube-system"),
@@ -336,8 +341,6 @@ def check_scheduler_config(cfg: dict[str, Any]) -> list[str]:
         for key, verb in EXTENDER_VERBS.items():
             if ext.get(key) != verb:
                 errors.append(f"{key} must be {verb!r}")
-        if "preemptVerb" in ext:
-            errors.append("preemptVerb: the extender serves no /preempt")
         weight = ext.get("weight")
         if not isinstance(weight, int) or isinstance(weight, bool) or weight <= 0:
             errors.append("weight must be a positive integer when prioritizeVerb is set")
@@ -732,6 +735,9 @@ def test_scheduler_pod_wires_the_extender() -> None:
         else:
             assert volume["secret"]["secretName"] == TLS_SECRET and key in TLS_KEYS
     assert "insecure-http" not in f
+    # It answers /bind and /preempt within the httpTimeout of the very configuration kube-scheduler reads.
+    source = mount_source(dep, sidecar, str(f["scheduler-config"]))
+    assert source is not None and source == mount_source(dep, sched, str(config_flag))
     # Probes reach the loopback listener from inside the container.
     for probe in ("readinessProbe", "livenessProbe"):
         cmd = sidecar[probe]["exec"]["command"]
