@@ -1,21 +1,24 @@
 """Placement-quality simulation: stock kube-scheduler against the extender, same fleet, same stream.
 
-    python bench/simulate.py [--nodes 1000] [--events 20000] [--seed 7] [--load 1.0] [--json] [--exact]
+    python bench/simulate.py [--nodes 1000] [--events 20000] [--seed 7] [--load 1.0] [--replay 20] [--json]
+                             [--exact]
 
-A fleet of mixed Xeon nodes is generated as real Kubernetes objects (Nodes with NFD labels, a default
-`BalloonsPolicy` with `vllm-balloon-tp1/2/4/8`, a kube-proxy and a node-exporter pod per node) and fed into the
-real `ClusterState`. A stream of model deploys and undeploys (bare pods with the model label and vLLM args) is
-played twice, each run on its own `ClusterState` built from the same objects:
+A fleet of mixed Xeon nodes is generated as real Kubernetes objects (Nodes with NFD labels and the
+`config.nri/group` label of their shape, one generated BalloonsPolicy per shape, `group.<shape>`, as
+`model-placement balloons-policy` renders it, a kube-proxy and a node-exporter pod per node) and fed into the real
+`ClusterState`. A stream of model deploys and undeploys (bare pods with the model label and vLLM args) is
+played twice, each run on its own `ClusterState` built from the same objects; every deploy goes through the real
+`mutate_pod`, which makes `cpu: N` a request of N x SMT width (`nri_cpu_request: cores`), and that request is what
+kube-scheduler counts:
 
-1. **stock** — the webhook's *mutation* only (balloon annotation, AMX required node affinity: kube-scheduler's
-   NodeAffinity filter honours it), no pre-flight, no extender. kube-scheduler as shipped: NodeResourcesFit
-   counts CPU requests at face value against `status.allocatable.cpu`, scores LeastAllocated, and stops
-   filtering after `percentageOfNodesToScore` (adaptive default: 420 feasible nodes of 1,000, scanned round-robin
-   from where the previous cycle stopped). After the bind, the node decides: `fit` on the node's real ledger
-   (what the NRI balloons plugin can carve: TP distinct NUMA nodes, whole cores). If no NUMA-local balloon is
-   possible the pod is a **node-side failure**: bound, CreateContainerError, its cores not held, but its CPU
-   request still counted by kube-scheduler on that node until it is deleted. kubelet keeps retrying container
-   creation, so a failing pod starts later if its node frees enough cores (counted separately).
+1. **stock** — the webhook's *mutation* only (balloon annotation, CPU request, AMX required node affinity:
+   kube-scheduler's NodeAffinity filter honours it), no pre-flight, no extender. kube-scheduler as shipped:
+   NodeResourcesFit counts CPU requests at face value against `status.allocatable.cpu`, scores LeastAllocated,
+   and stops filtering after `percentageOfNodesToScore` (adaptive default: 420 feasible nodes of 1,000, scanned
+   round-robin from where the previous cycle stopped). After the bind the ledger predicts what the node does
+   (`fit` on the node's ledger); where it predicts no NUMA-local balloon the pod is counted failing: bound, its
+   cores not held, its CPU request still counted by kube-scheduler until it is deleted, retried by kubelet
+   when a pod leaves its node.
 2. **extender** — the webhook's `mutate_pod` + `preflight` (enforce): a refused pod is never created ("refused up
    front"; a bare pod is not re-created, so the refusal is final for that deploy). An admitted pod goes to the
    secondary scheduler as `manifests/base/config/kube-scheduler.yaml` configures it: percentageOfNodesToScore 100,
@@ -29,26 +32,37 @@ full retry would find); ties between equal best nodes are broken by a hash of (p
 for kube-scheduler's random `selectHost` that is the same in both runs and in `--exact` mode. Memory, pod
 count limits and the other default score plugins are not modelled.
 
-Speed: `fit` costs ~10-20 µs per node, so asking it of every node for every deploy (and again for the
-pre-flight) is millions of calls. The extender run instead keeps, per node, its free cores per NUMA node sorted
-(refreshed from `ledger.free()` after every change on that node). A balloon of TP t × p cores per NUMA node
-can only fit a node whose t-th largest free NUMA node has ≥ p cores, and when it fits, its MostAllocated score
-follows from the node's free total alone; so the candidates are ranked from the index and the real
-`cluster.fit` is asked of them best first until one fits (its score is checked against the prediction). The
-pre-flight gets the same treatment: `preflight` runs on a short list of eligible nodes (one candidate when any
-exists, else up to 8 nodes that could hold the pod when empty, else the 8 widest with enough NUMA nodes, else
-all): its verdict (allowed iff some eligible node fits) and its check id are the same as over every eligible
-node; only the node counts in its message differ. The kube-scheduler arithmetic (node-level requests,
-LeastAllocated) is plain list arithmetic over all nodes in both runs. `--exact` turns all of this off (every
-eligible node, real `preflight`, real `fit`), and `tests/test_simulation.py` checks both modes give identical
-figures.
+**The plugin's word.** The ledger's figures are our model of the plugin. Each run records, per node, every
+create and remove its kubelet saw; after the stream a seeded sample of nodes (`--replay`, 20 by default, the same
+nodes in both runs) is replayed through the real NRI balloons plugin (`tests/oracle`: nri-plugins' balloons policy
+on a synthetic sysfs of the node's shape, with the node's group policy): failing containers are retried after
+each removal, and the plugin's cpusets are checked after every step. Its counts (failed, on more NUMA nodes than
+ranks, sharing a core with another balloon, and where the ledger's per-NUMA cores differ from the balloon's at
+the end) are the node-side failures. A peer start costs ~3 s, so the sample stays small.
 
-Other choices: allocatable = capacity - 2 CPUs (system + kube reserved); the BalloonsPolicy reserves 12 CPUs
-that kube-scheduler knows nothing about. Every deploy is its own model (unique `model-manager.io/model`), so
-the pre-flight's "a model's own pods count as free" never applies. When a pod leaves a node, the scheduler's
-retry of pending pods comes first (it reacts to the delete event), then kubelet's retry of failing pods there.
-The stream steers the number of live deploys towards `--load` × the fleet's model cores / the mean deploy.
-"Stranded" and the other figures are defined in the printed output (`DEFINITIONS`).
+Speed: `fit` costs ~10-25 µs per node, so asking it of every node for every deploy (and again for the
+pre-flight) is millions of calls. The extender run instead keeps, per node, its free cores per NUMA node sorted
+(refreshed from `ledger.free()` after every change on that node), and per class of node (policy, capacity, SMT
+width) what a demand's balloon costs when empty (`placement.nri.plan_empty`): TP ranks of request / TP / the
+node's SMT width cores. A node can only fit if its t-th emptiest NUMA node has a rank's cores, and when it fits
+its MostAllocated score follows from its free total and the balloon's cores; but balance-balloons picks the NUMA
+node or block by how many balloons it holds, not by room, so a candidate may still be refused. The candidates
+are therefore ranked from the index and the real `cluster.fit` asked of them best first until one fits (its
+score is checked against the prediction). The pre-flight runs on a short list of eligible nodes: a node where
+`fit` says yes, when a candidate does; else the nodes that could hold the pod when empty (up to 8: their
+refusals are the only resolvable ones); else one node per class (first by name): its verdict and check id are
+those over every eligible node; only the node counts in its message differ. The kube-scheduler arithmetic
+(node-level requests, LeastAllocated) is plain list arithmetic over all nodes in both runs. `--exact` turns all
+of this off (every eligible node, real `preflight`, real `fit`), and `tests/test_simulation.py` checks both modes
+give identical figures, the per-node histories included.
+
+Other choices: allocatable = capacity - 2 CPUs (system + kube reserved); the generated policies reserve the
+`standard` profile's 12 CPUs rounded up to whole cores on every NUMA node, which kube-scheduler knows nothing
+about. Every deploy is its own model (unique `model-manager.io/model`), so the pre-flight's "a model's own pods
+count as free" never applies. When a pod leaves a node, the scheduler's retry of pending pods comes first (it
+reacts to the delete event), then kubelet's retry of failing pods there. The stream steers the number of live
+deploys towards `--load` × the fleet's model cores / the mean deploy (in the user's cores). "Stranded" and the
+other figures are defined in the printed output (`DEFINITIONS`).
 """
 
 from __future__ import annotations
