@@ -16,11 +16,11 @@ from typing import Any, NamedTuple
 from placement import fit as fitmod
 from placement.affinity import node_selector
 from placement.config import Settings
-from placement.demand import ModelDemand, is_model_pod, pod_shared_cpu_milli, read_model_pod
+from placement.demand import ModelDemand, is_model_pod, pod_shared_cpu_milli, pod_shared_memory, read_model_pod
 from placement.ledger import Holding, NodeLedger, NodeNRI
-from placement.quantity import QuantityError
+from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
-    BalloonsPolicy, CPUSet, CPUSetError, Topology, node_topology, parse_balloons_policy,
+    NUMA_ZONE, BalloonsPolicy, CPUSet, CPUSetError, Topology, node_topology, parse_balloons_policy,
     policy_for_node, profile_reserved, reserved_from_spec,
 )
 
@@ -36,6 +36,7 @@ class NodeInfo:
     labels: Mapping[str, str]
     capacity_cpu: str | None
     unschedulable: bool
+    capacity_memory: str | None = None
 
 
 class PodRecord(NamedTuple):
@@ -54,6 +55,7 @@ class PodRecord(NamedTuple):
     # any other pod); None when there are none
     shared_milli: int | None
     assumed_at: float | None = None
+    shared_memory: int = 0  # bytes the containers without exclusive cores request
 
     @property
     def active(self) -> bool:
@@ -64,11 +66,13 @@ def _slim_node(obj: Mapping[str, Any]) -> NodeInfo:
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
     capacity = (status.get("capacity") or {}).get("cpu") or (status.get("allocatable") or {}).get("cpu")
+    memory = (status.get("allocatable") or {}).get("memory") or (status.get("capacity") or {}).get("memory")
     return NodeInfo(
         name=str(meta.get("name", "")),
         labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
         capacity_cpu=None if capacity is None else str(capacity),
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+        capacity_memory=None if memory is None else str(memory),
     )
 
 
@@ -76,6 +80,27 @@ def _only_container(spec: Mapping[str, Any], name: str) -> bool:
     containers = spec.get("containers") or ()
     return not spec.get("initContainers") and len(containers) == 1 and isinstance(containers[0], Mapping) \
         and containers[0].get("name") == name
+
+
+def numa_memory(node: NodeInfo, nrt: Mapping[str, Any] | None, numa_count: int) -> tuple[int, ...]:
+    """Bytes of memory per NUMA node: NodeResourceTopology `Node` zones' memory where they give it, else the node's
+    allocatable memory split evenly; () when neither is known."""
+    zones = {}
+    for zone in (nrt or {}).get("zones") or ():
+        match = NUMA_ZONE.match(str(zone.get("name", "")))
+        for res in zone.get("resources") or () if match else ():
+            if isinstance(res, Mapping) and res.get("name") == "memory":
+                try:
+                    zones[int(match.group(1))] = memory_bytes(res.get("allocatable") or res.get("capacity"))  # type: ignore[union-attr]
+                except QuantityError:
+                    pass
+    if len(zones) == numa_count and all(zones.values()):
+        return tuple(zones[i] for i in range(numa_count))
+    try:
+        total = memory_bytes(node.capacity_memory) if node.capacity_memory is not None else 0
+    except QuantityError:
+        total = 0
+    return tuple([total // numa_count] * numa_count) if total and numa_count else ()
 
 
 BALLOON_ZONE = "balloon"
@@ -278,6 +303,7 @@ class ClusterState:
             str((obj.get("status") or {}).get("phase") or "Pending"), str(meta.get("creationTimestamp") or ""),
             model, None if model is not None and _only_container(spec, model.container)
             else pod_shared_cpu_milli(spec, skip=model.container if model is not None else None),
+            None, pod_shared_memory(spec, skip=model.container if model is not None else None),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------
@@ -315,10 +341,11 @@ class ClusterState:
         demand = rec.model
         balloon = self._balloon_of(ledger, rec.namespace)
         if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
-            ledger.set_shared(rec.uid, (rec.shared_milli or 0) + (demand.cpu_milli if demand else 0), balloon)
+            ledger.set_shared(rec.uid, (rec.shared_milli or 0) + (demand.cpu_milli if demand else 0), balloon,
+                              rec.shared_memory + (demand.memory_bytes if demand else 0))
             return
         if rec.shared_milli is not None:
-            ledger.set_shared(rec.uid, rec.shared_milli, balloon)
+            ledger.set_shared(rec.uid, rec.shared_milli, balloon, rec.shared_memory)
         zone = observed.container_balloon.get(f"{rec.namespace}/{rec.name}/{demand.container}") if observed else None
         if zone is not None and observed is not None:
             self._hold_observed(ledger, rec, demand, zone, observed)
@@ -329,7 +356,8 @@ class ClusterState:
             return
         if result.footprint is None or result.check in (fitmod.BALLOON_TYPE_MISSING, fitmod.NRI_NOT_RUNNING):
             # No balloon can exist for it there: it really runs in the shared pool.
-            ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon)
+            ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon,
+                              rec.shared_memory + demand.memory_bytes)
             return
         # It runs here although it does not fit: account what it takes, as the allocator would.
         fp = result.footprint
@@ -362,8 +390,9 @@ class ClusterState:
             notes.append(f"spans {len(per_numa)} NUMA nodes for {demand.ranks}")
         if observed.shared_cores.get(zone):
             notes.append(f"shares {len(observed.shared_cores[zone])} cores with another balloon")
+        memory = -(-demand.memory_bytes // max(1, len(per_numa))) if ledger.numa_memory else 0
         ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, demand.balloon_type, per_numa, rec.assumed_at,
-                                  types=types, observed=True, note="; ".join(notes)))
+                                  types=types, observed=True, note="; ".join(notes), memory=memory))
 
     # -- ledgers -----------------------------------------------------------------------------------
 
@@ -417,7 +446,8 @@ class ClusterState:
         policy = policy_for_node(self.policies.values(), name, node.labels)
         reserved, source = self._reserved(node, topo, policy)
         nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
-        ledger = NodeLedger(name, topo, reserved, source, node.labels, nri)
+        ledger = NodeLedger(name, topo, reserved, source, node.labels, nri,
+                            numa_memory=numa_memory(node, self.nrts.get(name), topo.numa_count))
         observed = observed_balloons(self.nrts.get(name), topo, reserved) if nri.running else None
         if observed is not None:
             ledger.observed_shared = observed.outside_reserved

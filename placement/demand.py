@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from placement.config import CPU_POLICIES, PREFLIGHT_MODES, Settings
-from placement.quantity import QuantityError, cpu_milli
+from placement.quantity import QuantityError, cpu_milli, memory_bytes
 
 # Inputs a user may set.
 ANN_POLICY = "model-manager.io/cpu-policy"
 ANN_TP = "model-manager.io/tensor-parallel-size"
+ANN_PP = "model-manager.io/pipeline-parallel-size"
+ANN_DP = "model-manager.io/data-parallel-size"
 ANN_BALLOON = "model-manager.io/nri-balloon"
 ANN_NODE = "model-manager.io/node"
 ANN_REQUIRE_AMX = "model-manager.io/require-amx"
@@ -27,6 +29,7 @@ ANN_CONTAINER = "model-manager.io/container"
 OUT_TYPE = "cpu-policy.model-manager.io/type"
 OUT_REASON = "cpu-policy.model-manager.io/reason"
 OUT_TP = "cpu-policy.model-manager.io/tensor-parallel-size"
+OUT_NUMA = "cpu-policy.model-manager.io/numa-nodes"
 OUT_CPUS = "cpu-policy.model-manager.io/cpus"
 OUT_REQUESTED = "cpu-policy.model-manager.io/requested-cpu"
 BALLOON_KEY = "balloon.balloons.resource-policy.nri.io"
@@ -39,6 +42,13 @@ VALID_TP = (1, 2, 4, 8)
 DEFAULT_CONTAINERS = ("main", "kserve-container")
 
 _TP_FLAGS = ("--tensor-parallel-size", "-tp")
+# (what, its annotation, vLLM's flags, how a rank count is written): the three ways vLLM splits a model into
+# ranks, each of which runs on a NUMA node of its own.
+_PARALLEL = (
+    ("tensor", ANN_TP, _TP_FLAGS, "TP"),
+    ("pipeline", ANN_PP, ("--pipeline-parallel-size", "-pp"), "PP"),
+    ("data", ANN_DP, ("--data-parallel-size", "-dp"), "DP"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +80,9 @@ class ModelDemand:
     require_amx: bool
     node_pin: str | None
     problems: tuple[str, ...]  # things the pod itself gets wrong, each a user-facing sentence
+    pp: int = 1  # pipeline stages in this pod
+    dp: int = 1  # data-parallel ranks in this pod
+    memory_bytes: int = 0  # the model container's memory request (limit when no request)
 
     @property
     def policy(self) -> str:
@@ -82,12 +95,17 @@ class ModelDemand:
 
     @property
     def numa_nodes(self) -> int:
-        """Each rank runs on a NUMA node of its own."""
-        return self.tp
+        """Each rank runs on a NUMA node of its own: TP × PP × DP of them."""
+        return self.tp * self.pp * self.dp
 
     @property
     def ranks(self) -> str:
-        return f"TP={self.tp}"
+        return ranks_text(self.tp, self.pp, self.dp)
+
+
+def ranks_text(tp: int, pp: int = 1, dp: int = 1) -> str:
+    parts = [f"TP={tp}"] + ([f"PP={pp}"] if pp != 1 else []) + ([f"DP={dp}"] if dp != 1 else [])
+    return " × ".join(parts)
 
 
 def balloon_annotation(container: str) -> str:
@@ -156,17 +174,32 @@ def _tokens(container: Mapping[str, Any]) -> list[str]:
     return words
 
 
-def tp_from_args(container: Mapping[str, Any]) -> str | None:
-    """The last `--tensor-parallel-size N`, `--tensor-parallel-size=N` or `-tp N` (argparse: last wins)."""
+def flag_from_args(container: Mapping[str, Any], flags: tuple[str, ...]) -> str | None:
+    """The last `FLAG N`, `FLAG=N` of any of `flags` (argparse: last wins)."""
     words = _tokens(container)
     found: str | None = None
     for i, word in enumerate(words):
-        for flag in _TP_FLAGS:
+        for flag in flags:
             if word == flag and i + 1 < len(words):
                 found = words[i + 1]
             elif word.startswith(flag + "="):
                 found = word[len(flag) + 1:]
     return found
+
+
+def tp_from_args(container: Mapping[str, Any]) -> str | None:
+    """The last `--tensor-parallel-size N`, `--tensor-parallel-size=N` or `-tp N`."""
+    return flag_from_args(container, _TP_FLAGS)
+
+
+def _parse_size(raw: str, what: str, source: str) -> tuple[int, str | None]:
+    try:
+        size = int(str(raw).strip())
+    except ValueError:
+        return 1, f"{what}-parallel-size {raw!r} from {source} is not a whole number"
+    if size < 1:
+        return 1, f"{what}-parallel-size {size} from {source} must be at least 1"
+    return size, None
 
 
 def _parse_tp(raw: str, source: str) -> tuple[int, str | None]:
@@ -180,6 +213,34 @@ def _parse_tp(raw: str, source: str) -> tuple[int, str | None]:
             "NUMA nodes; use 1, 2, 4 or 8"
         )
     return tp, None
+
+
+def _read_parallel(annotations: Mapping[str, Any], container: Mapping[str, Any], name: str
+                   ) -> tuple[dict[str, int], str, list[str]]:
+    """TP, PP and DP from the user's annotation, else ours (for TP), else vLLM's flags; where TP came from; and
+    what is wrong with them."""
+    sizes: dict[str, int] = {}
+    problems: list[str] = []
+    tp_source = "default"
+    for what, key, flags, short in _PARALLEL:
+        sources = [(key, f"annotation {key}")] + ([(OUT_TP, f"annotation {OUT_TP}")] if short == "TP" else [])
+        raw, source = next(((annotations[k], src) for k, src in sources if annotations.get(k) is not None),
+                           (None, ""))
+        if raw is None:
+            raw, source = flag_from_args(container, flags), f"{flags[0]} in container {name!r}"
+        size, problem = (1, None) if raw is None else \
+            (_parse_tp(raw, source) if short == "TP" else _parse_size(raw, what, source))
+        sizes[short] = size
+        if short == "TP" and raw is not None:
+            tp_source = source
+        if problem:
+            problems.append(problem)
+    span = sizes["TP"] * sizes["PP"] * sizes["DP"]
+    if not problems and span not in VALID_TP:
+        problems.append(f"{ranks_text(sizes['TP'], sizes['PP'], sizes['DP'])} makes {span} ranks, one NUMA node "
+                        "each, and a balloon spans 1, 2, 4 or 8 NUMA nodes: choose sizes whose product is one of "
+                        "these")
+    return sizes, tp_source, problems
 
 
 def _flag(value: Any) -> bool | None:
@@ -202,6 +263,20 @@ def container_cpu_milli(container: Mapping[str, Any]) -> tuple[int, str | None]:
         return 0, f"container {container.get('name')!r}: {exc}"
 
 
+def container_memory_bytes(container: Mapping[str, Any]) -> tuple[int, str | None]:
+    """requests.memory, else limits.memory."""
+    resources = container.get("resources") or {}
+    value = (resources.get("requests") or {}).get("memory")
+    if value is None:
+        value = (resources.get("limits") or {}).get("memory")
+        if value is None:
+            return 0, None
+    try:
+        return memory_bytes(value), None
+    except QuantityError as exc:
+        return 0, f"container {container.get('name')!r}: {exc}"
+
+
 def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = "") -> ModelDemand:
     """Read a model pod (the caller has checked `is_model_pod`). Never raises on bad input: what the
     pod gets wrong is collected in `problems`, each phrased for the user."""
@@ -216,21 +291,11 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
     container = container or {}
     name = str(container.get("name", ""))
 
-    tp, tp_source = 1, "default"
-    # The user's own annotation first: ours only restates it, and must not hide a bad value.
-    for key, source in ((ANN_TP, f"annotation {ANN_TP}"), (OUT_TP, f"annotation {OUT_TP}")):
-        if annotations.get(key) is not None:
-            tp, problem = _parse_tp(annotations[key], source)
-            tp_source = source
-            break
-    else:
-        raw = tp_from_args(container)
-        problem = None
-        if raw is not None:
-            tp_source = f"--tensor-parallel-size in container {name!r}"
-            tp, problem = _parse_tp(raw, tp_source)
-    if problem:
-        problems.append(problem)
+    # The user's own annotations first: ours only restate them, and must not hide a bad value.
+    sizes, tp_source, parallel_problems = _read_parallel(annotations, container, name)
+    problems.extend(parallel_problems)
+    tp = sizes["TP"]
+    span = tp * sizes["PP"] * sizes["DP"]
 
     requested = str(annotations.get(ANN_POLICY) or settings.kubernetes_cpu_policy)
     if requested not in CPU_POLICIES:
@@ -249,7 +314,7 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
     balloon = (
         annotations.get(balloon_annotation(name))
         or annotations.get(ANN_BALLOON)
-        or f"{settings.nri_balloon_prefix}{tp}"
+        or f"{settings.nri_balloon_prefix}{span}"
     )
 
     cpu, problem = container_cpu_milli(container)
@@ -261,6 +326,9 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
             "balloon can be sized"
         )
 
+    memory, problem = container_memory_bytes(container)
+    if problem:
+        problems.append(problem)
     amx = _flag(annotations.get(ANN_REQUIRE_AMX))
     return ModelDemand(
         pod=pod_display_name(pod, namespace),
@@ -276,6 +344,9 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
         require_amx=settings.require_amx if amx is None else amx,
         node_pin=str(annotations[ANN_NODE]) if annotations.get(ANN_NODE) else None,
         problems=tuple(problems),
+        pp=sizes["PP"],
+        dp=sizes["DP"],
+        memory_bytes=memory,
     )
 
 
@@ -298,6 +369,17 @@ def pod_shared_cpu_milli(spec: Mapping[str, Any], skip: str | None = None) -> in
         else:
             init_peak = max(init_peak, sidecars + container_cpu_milli(c)[0])
     return max(apps + sidecars, init_peak)
+
+
+def pod_shared_memory(spec: Mapping[str, Any], skip: str | None = None) -> int:
+    """Memory requested by a pod's containers and sidecar init containers, less container `skip`."""
+    total = 0
+    for section in ("containers", "initContainers"):
+        for c in spec.get(section) or ():
+            if isinstance(c, _MAPPING) and (skip is None or c.get("name") != skip) and \
+                    (section == "containers" or c.get("restartPolicy") == "Always"):
+                total += container_memory_bytes(c)[0]
+    return total
 
 
 # dict first: parsed JSON is dicts, and an exact type matches ~10x faster than the Mapping ABC's check.

@@ -29,6 +29,8 @@ RANKS_SHARE_NUMA = "ranks-share-numa"
 NRI_NOT_RUNNING = "nri-not-running"
 MAX_BALLOONS = "max-balloons-reached"
 SHARES_BALLOON = "balloon-would-be-shared"
+MEMORY_EXCEEDS_NUMA = "memory-exceeds-numa"
+INSUFFICIENT_FREE_MEMORY = "insufficient-free-memory"
 INSUFFICIENT_FREE = nri.INSUFFICIENT_FREE
 NO_CPU = "no-cpu-request"
 
@@ -68,6 +70,7 @@ class Fit(NamedTuple):
     score: int = 0
     footprint: Footprint | None = None
     types: tuple[str, ...] = ()  # nri-balloons: the balloon types it instantiates
+    memory: int = 0  # nri-balloons with pinMemory: bytes on each of its NUMA nodes
 
 
 def fmt_free(ledger: NodeLedger, free: tuple[int, ...]) -> str:
@@ -210,6 +213,14 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
                            f"(at most {ledger.capacity_desc[0]} model cores on a NUMA node)", False)
         return _refuse(node, empty.check, empty.reason, False)
     fp = _plan_footprint(demand, empty)
+    if policy.pin_memory and ledger.numa_memory and demand.memory_bytes:
+        per_rank = -(-demand.memory_bytes // demand.numa_nodes)
+        room = sorted(ledger.numa_memory, reverse=True)[demand.numa_nodes - 1]
+        if per_rank > room:
+            return _refuse(node, MEMORY_EXCEEDS_NUMA,
+                           f"{demand.ranks} pins {fmt_bytes(per_rank)} of memory to each of its "
+                           f"{demand.numa_nodes} NUMA node{'s' if demand.numa_nodes > 1 else ''} (pinMemory); "
+                           f"nodes of this shape have {fmt_bytes(room)}", False, fp)
     if fp.numa_nodes != demand.numa_nodes:
         return _refuse(node, RANKS_SHARE_NUMA,
                        f"balloon type {btype.name} puts the model on {fp.numa_nodes} NUMA "
@@ -234,10 +245,25 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
         return _refuse(node, RANKS_SHARE_NUMA,
                        f"needs {demand.numa_nodes} distinct NUMA nodes; with what runs here the plugin would put "
                        f"its ranks on {fp.numa_nodes}", True, fp)
+    memory = 0
+    if policy.pin_memory and ledger.numa_memory and demand.memory_bytes:
+        memory = -(-demand.memory_bytes // demand.numa_nodes)
+        free_memory = ledger.free_memory(exclude=own)
+        short = [i for i, _ in placed.per_numa if free_memory[i] < memory]
+        if short:
+            return _refuse(node, INSUFFICIENT_FREE_MEMORY,
+                           f"needs {fmt_bytes(memory)} free memory on each of its NUMA nodes (pinMemory); the "
+                           f"plugin would put it on NUMA node{'s' if len(placed.per_numa) > 1 else ''} "
+                           f"{', '.join(str(i) for i, _ in placed.per_numa)}", True, fp)
     after = list(free)
     for i, cores in placed.per_numa:
         after[i] -= cores
-    return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types)
+    return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types, memory)
+
+
+def fmt_bytes(value: int) -> str:
+    gib = value / 2**30
+    return f"{gib:.0f}Gi" if gib >= 10 or gib == int(gib) else f"{gib:.1f}Gi"
 
 
 def _fit_static(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
@@ -272,7 +298,7 @@ def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, .
 def holding_for(uid: str, demand: ModelDemand, result: Fit, assumed_at: float | None = None) -> Holding:
     return Holding(uid, demand.pod, demand.identity,
                    result.footprint.balloon_type if result.footprint else None,
-                   result.per_numa, assumed_at, types=result.types)
+                   result.per_numa, assumed_at, types=result.types, memory=result.memory)
 
 
 def place(ledger: NodeLedger, uid: str, demand: ModelDemand, threads_per_core: int, strategy: str,

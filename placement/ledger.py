@@ -31,6 +31,7 @@ class Holding:
     types: tuple[str, ...] = ()  # every balloon type it instantiates: the composite and its components
     observed: bool = False  # per_numa is the cpuset the plugin exported, not our prediction
     note: str = ""  # what is wrong with where the plugin really put it (observed only)
+    memory: int = 0  # bytes it takes on each NUMA node it holds (pinMemory: a rank's share of its request)
 
     @property
     def cores(self) -> int:
@@ -100,6 +101,10 @@ class NodeLedger:
     # Per NUMA node, cores beyond the reserved cpuset the shared balloons really hold (the plugin's exported
     # zones); None: predicted from their requests.
     observed_shared: tuple[int, ...] | None = None
+    numa_memory: tuple[int, ...] = ()  # bytes per NUMA node; (): unknown, memory is not checked
+    _mem_held: list[int] = field(init=False)
+    _shared_memory: dict[str, int] = field(init=False, default_factory=dict)
+    _shared_memory_total: int = field(init=False, default=0)
     stamp: int = field(init=False, default_factory=lambda: next(_stamps))  # changes with every change
     _by_identity: dict[ModelIdentity, dict[str, Holding]] = field(init=False, default_factory=dict)
 
@@ -112,6 +117,7 @@ class NodeLedger:
         self.capacity_total = sum(self.capacity)
         self.shared_pool_cpus = len(self.topology.cpus) - self.capacity_total * self.topology.threads_per_core
         self._held = [0] * self.topology.numa_count
+        self._mem_held = [0] * self.topology.numa_count
 
     # -- what is free ------------------------------------------------------------------------------
 
@@ -147,6 +153,19 @@ class NodeLedger:
         if self._free is None:
             self._free = self._spill_elastic(self._held)
         return self._free
+
+    def free_memory(self, exclude: ModelIdentity | None = None) -> tuple[int, ...]:
+        """Bytes free per NUMA node: what model pods pin there, and the rest of the node's pods' requests spread
+        over all NUMA nodes (their balloons' memory is the reserved CPUs' NUMA nodes, every one here); () unknown."""
+        if not self.numa_memory:
+            return ()
+        held = list(self._mem_held)
+        if exclude is not None:
+            for h in self._by_identity.get(exclude, {}).values():
+                for numa, _ in h.per_numa:
+                    held[numa] -= h.memory
+        spread = self._shared_memory_total // len(self.numa_memory)
+        return tuple(max(0, cap - h - spread) for cap, h in zip(self.numa_memory, held))
 
     def _spill_elastic(self, held: list[int]) -> tuple[int, ...]:
         free = [cap - h for cap, h in zip(self.capacity, held)]
@@ -185,6 +204,7 @@ class NodeLedger:
     def _add(self, holding: Holding) -> None:
         for numa, cores in holding.per_numa:
             self._held[numa] += cores
+            self._mem_held[numa] += holding.memory
         for name in holding.types:
             self._instances[name] = self._instances.get(name, 0) + 1
         self.holdings[holding.uid] = holding
@@ -213,6 +233,7 @@ class NodeLedger:
             return None
         for numa, cores in holding.per_numa:
             self._held[numa] -= cores
+            self._mem_held[numa] -= holding.memory
         for name in holding.types:
             self._instances[name] -= 1
         if holding.identity is not None:
@@ -225,10 +246,13 @@ class NodeLedger:
         self.stamp = next(_stamps)
         return holding
 
-    def set_shared(self, uid: str, milli: int, balloon: str = "") -> None:
-        """Containers of pod `uid` that hold no exclusive cores: `milli` CPU requested in balloon type `balloon`
-        (the one they are routed to; "" off NRI). A pod with only best-effort containers still puts them in a
-        balloon, so it is recorded even at 0 millicores."""
+    def set_shared(self, uid: str, milli: int, balloon: str = "", memory: int = 0) -> None:
+        """Containers of pod `uid` that hold no exclusive cores: `milli` CPU and `memory` bytes requested in
+        balloon type `balloon` (the one they are routed to; "" off NRI). A pod with only best-effort containers
+        still puts them in a balloon, so it is recorded even at 0 millicores."""
+        self._shared_memory_total += memory - self._shared_memory.pop(uid, 0)
+        if memory:
+            self._shared_memory[uid] = memory
         old = self.shared.pop(uid, None)
         if old is not None:
             self._shared_total -= old[1]
@@ -246,6 +270,7 @@ class NodeLedger:
         self.stamp = next(_stamps)
 
     def drop_shared(self, uid: str) -> None:
+        self._shared_memory_total -= self._shared_memory.pop(uid, 0)
         old = self.shared.pop(uid, None)
         if old is None:
             return
@@ -278,18 +303,19 @@ class NodeLedger:
     def scratch(self, without: ModelIdentity | None = None) -> NodeLedger:
         """A copy to simulate on, without the pods of `without` (a model's own pods are being replaced)."""
         copy = NodeLedger(self.name, self.topology, self.reserved, self.reserved_source, self.labels, self.nri,
-                          observed_shared=self.observed_shared)
+                          observed_shared=self.observed_shared, numa_memory=self.numa_memory)
         for holding in self.holdings.values():
             if without is None or holding.identity != without:
                 copy._add(holding)
         for uid, (balloon, milli) in self.shared.items():
-            copy.set_shared(uid, milli, balloon)
+            copy.set_shared(uid, milli, balloon, self._shared_memory.get(uid, 0))
         return copy
 
     # -- views -------------------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, object]:
         free = self.free()
+        free_memory = self.free_memory()
         numa_json = []
         for numa in self.topology.numa_nodes:
             held = [
@@ -305,6 +331,8 @@ class NodeLedger:
                 "capacity": self.capacity[numa.id],
                 "held": held,
                 "free": free[numa.id],
+                **({"memory": {"capacity": self.numa_memory[numa.id], "free": free_memory[numa.id]}}
+                   if free_memory else {}),
             })
         return {
             "node": self.name,

@@ -17,7 +17,7 @@ import orjson
 from placement.cluster import ClusterState
 from placement.fit import nominal_cpus
 from placement.demand import (
-    OUT_CPUS, OUT_REASON, OUT_REQUESTED, OUT_TP, OUT_TYPE, ModelDemand, balloon_annotation, is_model_pod,
+    OUT_CPUS, OUT_NUMA, OUT_REASON, OUT_REQUESTED, OUT_TP, OUT_TYPE, ModelDemand, balloon_annotation, is_model_pod,
     read_model_pod, round_up,
 )
 from placement.preflight import Resolution, resolve_policy
@@ -107,6 +107,7 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
     else:
         annotations.pop(OUT_REASON, None)
     annotations[OUT_TP] = str(demand.tp)
+    annotations[OUT_NUMA] = str(demand.numa_nodes)
 
     tpc = settings.mm_kubelet_threads_per_core
     resolved = replace(demand, resolved_policy=resolution.policy)

@@ -297,27 +297,46 @@ def _node_findings(policy: BalloonsPolicy, ledgers: Sequence[NodeLedger],
                  if (btype := policy.balloon_type(part)) is not None and btype.close_numa is not None}
     named = _named_cpus(policy)
     wanted = _pre_created(policy)
+    # A fleet has a handful of shapes, and a shape decides everything but the holdings: judged once per shape.
+    by_shape: dict[tuple[Any, ...], list[NodeLedger]] = {}
     for ledger in ledgers:
-        topo = ledger.topology
+        by_shape.setdefault((*ledger.topology.shape(), ledger.topology.source), []).append(ledger)
+    for group in by_shape.values():
+        topo = group[0].topology
+        cpus = topo.cpus
         reserved = _reserved_on(policy, topo)
-        if named is not None:
-            missing = named - topo.cpus
-            if missing:
-                refusals.append((RESERVED_NOT_ON_NODE, (str(topo.cpus), str(missing)), ledger.name))
-        if topo.source == "single-numa":
-            warnings.append((NUMA_UNKNOWN, (), ledger.name))
-        else:
+        found: list[tuple[str, tuple[Any, ...]]] = []
+        if named is not None and named - cpus:
+            found.append((RESERVED_NOT_ON_NODE, (str(cpus), str(named - cpus))))
+        if topo.source != "single-numa":
             numa = topo.numa_count
-            refusals.extend((SPAN_EXCEEDS_NUMA, (name, span, numa), ledger.name)
-                            for name, span in spans.items() if span > numa)
-            refusals.extend((NUMA_DEVICE_MISSING, (model, part, device, numa), ledger.name)
-                            for (model, part), device in preferred.items() if device >= numa)
-        outside = len(topo.cpus - reserved) if reserved is not None else len(topo.cpus)
+            found.extend((SPAN_EXCEEDS_NUMA, (name, span, numa)) for name, span in spans.items() if span > numa)
+            found.extend((NUMA_DEVICE_MISSING, (model, part, device, numa))
+                         for (model, part), device in preferred.items() if device >= numa)
+        outside = len(cpus - reserved) if reserved is not None else len(cpus)
         if sum(n * c for _, n, c in wanted) > outside:
-            refusals.append((MIN_BALLOONS_DO_NOT_FIT, (wanted, outside, reserved is not None), ledger.name))
-        if reserved is not None and reserved != ledger.reserved:
-            warnings.extend((RESERVES_HELD_CORES, key, ledger.name) for key in _held_conflicts(ledger, reserved))
-    return _grouped(refusals, _render), _grouped(warnings, _render)
+            found.append((MIN_BALLOONS_DO_NOT_FIT, (wanted, outside, reserved is not None)))
+        refusals.extend((check, key, ledger.name) for check, key in found for ledger in group)
+        if topo.source == "single-numa":
+            warnings.extend((NUMA_UNKNOWN, (), ledger.name) for ledger in group)
+        if reserved is None:
+            continue
+        capacity = [(numa.id, sum(1 for core in numa.cores if not any(t in reserved for t in core.threads)),
+                     str(reserved & numa.cpus)) for numa in topo.numa_nodes]
+        warnings.extend((RESERVES_HELD_CORES, key, ledger.name) for ledger in group
+                        if ledger.holdings and reserved != ledger.reserved
+                        for key in _held_conflicts(ledger, capacity))
+    return _grouped(refusals, _render), _folded(_grouped(warnings, _render))
+
+
+def _folded(warnings: list[Finding]) -> list[Finding]:
+    """The held-cores warnings name pods, so each is one node's: past a few, the rest are counted."""
+    held = [w for w in warnings if w.check == RESERVES_HELD_CORES]
+    if len(held) <= NAMED_NODES:
+        return warnings
+    rest = len(held) - NAMED_NODES
+    summary = Finding(RESERVES_HELD_CORES, f"likewise on {rest:,} more node{'s' if rest > 1 else ''}")
+    return [w for w in warnings if w.check != RESERVES_HELD_CORES] + held[:NAMED_NODES] + [summary]
 
 
 def _pre_created(policy: BalloonsPolicy) -> tuple[tuple[str, int, int], ...]:
@@ -359,15 +378,14 @@ def _reserved_on(policy: BalloonsPolicy, topo: Topology) -> CPUSet | None:
         return None
 
 
-def _held_conflicts(ledger: NodeLedger, reserved: CPUSet) -> Iterator[tuple[Any, ...]]:
-    """Per NUMA node: model cores left by the new reserved cpuset fewer than running models hold there now."""
-    for numa in ledger.topology.numa_nodes:
-        capacity = sum(1 for core in numa.cores if not any(t in reserved for t in core.threads))
-        holders = [(h.pod, cores) for h in ledger.holdings.values() for n, cores in h.per_numa
-                   if n == numa.id and cores]
-        held = sum(cores for _, cores in holders)
-        if held > capacity:
-            yield numa.id, str(reserved & numa.cpus), capacity, held, tuple(sorted(pod for pod, _ in holders))
+def _held_conflicts(ledger: NodeLedger, capacity: Sequence[tuple[int, int, str]]) -> Iterator[tuple[Any, ...]]:
+    """Per NUMA node (id, model cores under the new reserved cpuset, its reserved CPUs there): fewer model cores
+    left than running models hold there now."""
+    for numa, cores, cpus in capacity:
+        holders = [(h.pod, held) for h in ledger.holdings.values() for n, held in h.per_numa if n == numa and held]
+        held = sum(c for _, c in holders)
+        if held > cores:
+            yield numa, cpus, cores, held, tuple(sorted(pod for pod, _ in holders))
 
 
 def _render(check: str, key: tuple[Any, ...], nodes: str) -> str:

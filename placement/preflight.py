@@ -119,11 +119,10 @@ def preflight(
                        "if the model does not need AMX.")
     max_numa = max(ledger.topology.numa_count for ledger in eligible)
     if demand.numa_nodes > max_numa:
-        better = max(t for t in VALID_TP if t <= max_numa)
         return Verdict(False, fitmod.TP_EXCEEDS_NUMA,
-                       f"{demand.ranks} needs a node with at least {demand.numa_nodes} NUMA nodes; the {len(eligible)} "
-                       f"eligible node{'s' if len(eligible) != 1 else ''} have at most {max_numa} "
-                       f"({_names(eligible)}). Use tensor-parallel-size {better}, or add a node with "
+                       f"{demand.ranks} needs a node with at least {demand.numa_nodes} NUMA nodes, one per rank; the "
+                       f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have at most {max_numa} "
+                       f"({_names(eligible)}). Use {_fewer_ranks(demand, max_numa)}, or add a node with "
                        f"≥{demand.numa_nodes} NUMA nodes.")
     if resolution.policy == "kubelet-static":
         missing = memory_problems(spec)
@@ -202,6 +201,18 @@ def _simulate_replicas(demand: ModelDemand, eligible: Sequence[NodeLedger], clus
     return replicas
 
 
+def _fewer_ranks(demand: ModelDemand, numa: int) -> str:
+    """The change of parallel sizes that fits `numa` NUMA nodes: data and pipeline parallelism first (they only
+    cost throughput per pod), tensor parallelism last."""
+    sizes = {"data": demand.dp, "pipeline": demand.pp, "tensor": demand.tp}
+    for what in ("data", "pipeline", "tensor"):
+        while sizes["data"] * sizes["pipeline"] * sizes["tensor"] > numa and sizes[what] > 1:
+            sizes[what] //= 2
+    changed = [f"{what}-parallel-size {sizes[what]}" for what, was in
+               (("tensor", demand.tp), ("pipeline", demand.pp), ("data", demand.dp)) if sizes[what] != was]
+    return " and ".join(changed)
+
+
 def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked: Sequence[fitmod.Fit],
                     cluster: ClusterState) -> Verdict:
     every = tuple(ranked)
@@ -224,7 +235,8 @@ def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked:
                 advice = f"Request at most cpu: {room if cores else room * tpc} for {demand.ranks}"
             else:
                 advice = "Use a smaller model"
-            if demand.tp * 2 in VALID_TP and any(ledger.topology.numa_count >= demand.tp * 2 for ledger in eligible):
+            wider = demand.numa_nodes * 2
+            if wider in VALID_TP and any(ledger.topology.numa_count >= wider for ledger in eligible):
                 advice += f", or use tensor-parallel-size {demand.tp * 2} to spread over more NUMA nodes"
             return Verdict(False, fitmod.FOOTPRINT_EXCEEDS_NODE,
                            f"{asked}, more than any of the {len(eligible)} eligible node"

@@ -66,6 +66,17 @@ def _parse_cpu_milli(value: object) -> int:
 
 
 def memory_bytes(value: object) -> int:
+    if type(value) is str:
+        return _memory_bytes_text(value)
+    return _parse_memory_bytes(value)
+
+
+@functools.lru_cache(maxsize=4096)  # as `_cpu_milli_text`: every pod's memory is read, in few distinct strings
+def _memory_bytes_text(value: str) -> int:
+    return _parse_memory_bytes(value)
+
+
+def _parse_memory_bytes(value: object) -> int:
     amount = parse_quantity(value, "memory")
     if amount < 0:
         raise QuantityError(f"memory {value!r} is negative")

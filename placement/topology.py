@@ -151,7 +151,7 @@ def _layout(counts: tuple[int, ...], threads_per_core: int, source: str) -> Topo
     return Topology(tuple(numa), threads_per_core, source)
 
 
-_NUMA_ZONE = re.compile(r"^node-(\d+)$")
+NUMA_ZONE = re.compile(r"^node-(\d+)$")
 
 
 def _label_bool(labels: Mapping[str, str], key: str) -> bool | None:
@@ -220,7 +220,7 @@ def _nrt_numa_cpus(nrt: Mapping[str, Any]) -> dict[int, int]:
     for zone in nrt.get("zones") or ():
         if not isinstance(zone, Mapping) or zone.get("type") != "Node":
             continue
-        match = _NUMA_ZONE.match(str(zone.get("name", "")))
+        match = NUMA_ZONE.match(str(zone.get("name", "")))
         if not match:
             continue
         for res in zone.get("resources") or ():

@@ -43,6 +43,7 @@ REASON = "cpu-policy.model-manager.io/reason"
 TP = "cpu-policy.model-manager.io/tensor-parallel-size"
 CPUS = "cpu-policy.model-manager.io/cpus"
 REQUESTED = "cpu-policy.model-manager.io/requested-cpu"
+NUMA = "cpu-policy.model-manager.io/numa-nodes"
 BALLOON = "balloon.balloons.resource-policy.nri.io/container."
 AMX = {"key": "feature.node.kubernetes.io/cpu-security.amx.enabled", "operator": "In", "values": ["true"]}
 # Where the contract lets the webhook write (DESIGN.md, "Outputs the webhook writes").
@@ -300,7 +301,7 @@ async def test_bare_kubectl_run_pod_without_annotations_gets_the_map_created(wh:
     pod = answer.pod
     # The container is named after the pod: the first container is the model container.
     assert pod["metadata"]["annotations"] == {
-        TYPE: "nri-balloons", TP: "1", BALLOON + "llama3": "vllm-balloon-tp1", CPUS: "16", REQUESTED: "8"}
+        TYPE: "nri-balloons", TP: "1", NUMA: "1", BALLOON + "llama3": "vllm-balloon-tp1", CPUS: "16", REQUESTED: "8"}
     assert pod["metadata"]["labels"] == {"model-manager.io/model": "llama3"}
     await assert_reinvocation_is_empty(wh, pod)
 

@@ -147,7 +147,7 @@ async def test_tp_outside_1_2_4_8_is_refused_with_the_supported_values(wh: Webho
 
 async def test_tp_larger_than_every_eligible_numa_count_names_the_largest_and_the_fix(wh: Webhook) -> None:
     message = refused(await admitted(wh, kserve("tp-8", **{"model-manager.io/tensor-parallel-size": "8"})))
-    assert message == (f"TP=8 needs a node with at least 8 NUMA nodes; {DEMO_ELIGIBLE} have at most 4 "
+    assert message == (f"TP=8 needs a node with at least 8 NUMA nodes, one per rank; {DEMO_ELIGIBLE} have at most 4 "
                        "(cpu-a1, cpu-a2, cpu-b1, cpu-full, …). Use tensor-parallel-size 4, or add a node with "
                        "≥8 NUMA nodes.")
     # Eligible nodes are those the pod may use: without the AMX requirement, cpu-icx counts too.
@@ -167,7 +167,7 @@ async def test_footprint_larger_than_any_empty_node_says_how_much_would_fit(wh: 
 async def test_footprint_larger_than_what_is_free_now_shows_the_free_cores(wh: Webhook) -> None:
     refused(await admitted(wh, kserve("on-full", **{"model-manager.io/node": "cpu-full"})),
             "needs balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs)",
-            "none of the 1 eligible nodes has that free now (most free: cpu-full: NUMA 0: 3/29, NUMA 1: 3/29 free "
+            "none of the 1 eligible nodes has that free now (most free: cpu-full: NUMA 0: 3/29, NUMA 1: 1/29 free "
             "cores; balloon type vllm-numa-0 is carved from NUMA node 0 and needs 16 free cores there)")
     # The same pod anywhere fits: the refusal was about free capacity, not the request.
     assert (await admitted(wh, kserve("anywhere"))).allowed
@@ -212,7 +212,7 @@ async def test_warn_mode_admits_with_the_refusal_as_warnings(make_webhook: MakeW
                          (by_annotation, kserve("warn-ann", **tp8, **{"model-manager.io/preflight": "warn"}))):
         answer = await admitted(server, sent)
         assert answer.allowed and "status" not in answer.response
-        assert answer.warning_text == (f"TP=8 needs a node with at least 8 NUMA nodes; {DEMO_ELIGIBLE} have at most 4 "
+        assert answer.warning_text == (f"TP=8 needs a node with at least 8 NUMA nodes, one per rank; {DEMO_ELIGIBLE} have at most 4 "
                                        "(cpu-a1, cpu-a2, cpu-b1, cpu-full, …). Use tensor-parallel-size 4, or add a "
                                        "node with ≥8 NUMA nodes.")
         assert len(answer.warnings) == 2 and all(len(w) <= 120 for w in answer.warnings)

@@ -252,6 +252,9 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
                                      + (f", sharing cores {sorted(shared)[:8]}" if shared else ""))
                 elif spread != dict(verdict.per_numa):
                     tally.drift.append(f"{where} {peer.name}: ledger {dict(verdict.per_numa)}, plugin {spread}")
+                if set(spread) != set(model.mems):  # pinMemory: memory from exactly its ranks' NUMA nodes
+                    tally.bad.append(f"{where} {peer.name}: cores on NUMA {sorted(spread)}, memory pinned to "
+                                     f"{sorted(model.mems)}")
             pods[peer.name] = (peer, _bound(mutated))
             cluster.apply("Pod", "ADDED", _bound(mutated))
     finally:
