@@ -197,6 +197,18 @@ async def test_update_taking_cores_running_models_hold_is_admitted_with_the_pods
     assert (await wh.validate(policy_review(narrower))).warnings == []
 
 
+async def test_held_cores_on_many_nodes_name_a_few_and_count_the_rest(make_webhook: MakeWebhook) -> None:
+    names = [f"solo-{i}" for i in range(7)]
+    wh = await make_webhook([*map(node, names), balloons_policy(*names),
+                             *(running(f"big-{i}", name, "big", 29) for i, name in enumerate(names))])
+    wider = balloons_policy(*names)
+    wider["spec"]["reservedResources"]["cpu"] = "cpuset:0-3,32-34,64-67,96-98"
+    answer = await wh.validate(policy_review(wider))
+    assert answer.allowed
+    assert answer.warning_text.count("the plugin re-places them") == 5
+    assert answer.warning_text.endswith("BalloonsPolicy kube-system/default: likewise on 2 more nodes")
+
+
 async def test_every_policy_we_generate_is_admitted_without_a_warning(wh: Webhook) -> None:
     # The demo fleet runs the policies `balloons-policy` writes: 2- and 4-NUMA nodes, SMT on and off.
     for obj in [o for o in load_objects(demo_text()) if o.get("kind") == "BalloonsPolicy"]:
