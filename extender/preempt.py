@@ -35,6 +35,7 @@ log = logging.getLogger("model_placement.extender")
 WAIT_FOR_SCHEDULER = 1.0  # its /preempt follows its /filter within the same cycle, in milliseconds
 COOLDOWN = 45.0  # after evicting for a pod: the victims' grace period, before it may evict again
 RETRY = 10.0  # after finding nothing to evict for a pod
+BLOCKED_SAYS = 60.0  # how long /filter's reasons for a pod say that PodDisruptionBudgets blocked its preemption
 SHORTLIST = 16  # nodes judged from the ledger alone, closest to fitting first
 READ = 4  # of those, the nodes whose pods are read from the API (priority, labels) and judged for real
 API_SECONDS = 5.0  # each API call of our own path (it runs in the background, not inside a scheduler call)
@@ -105,6 +106,7 @@ class Preemption:
         self._scheduler_acted: dict[str, float] = {}  # preemptor uid -> when /preempt kept a node for it
         self._not_before: dict[str, float] = {}  # preemptor uid -> when our own path may act for it again
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._blocked: dict[str, tuple[float, str]] = {}  # preemptor uid -> (until when, which PDBs blocked it)
 
     # -- reading the API ----------------------------------------------------------------------------
 
@@ -158,11 +160,26 @@ class Preemption:
             outcome = choose(self.cluster, ref.demand, ledger, pods, {p.key: p.allowed for p in pdbs})
             if outcome.choice is None:
                 dropped[node] = outcome.why_not
+                self._block(ref, outcome)
             else:
                 kept[node] = outcome.choice.uids
         if kept:
             self._scheduler_acted[ref.uid] = time.monotonic()
+            self._blocked.pop(ref.uid, None)
         return kept, dropped
+
+    def _block(self, ref: PodRef, outcome: Outcome) -> None:
+        if outcome.blocked_by:
+            self._blocked[ref.uid] = (time.monotonic() + BLOCKED_SAYS, outcome.why_not)
+
+    def say_blocked(self, ref: PodRef, failed: dict[str, str]) -> dict[str, str]:
+        """/filter's FailedNodes for the pod, saying so when PodDisruptionBudgets blocked its preemption lately:
+        the reason then reaches the pod's FailedScheduling event, where its owner looks."""
+        until, why = self._blocked.get(ref.uid, (0.0, ""))
+        if until <= time.monotonic():
+            self._blocked.pop(ref.uid, None)
+            return failed
+        return {node: f"{text}; {why}" for node, text in failed.items()}
 
     # -- our own path ---------------------------------------------------------------------------------
 
@@ -187,6 +204,7 @@ class Preemption:
             outcome = await self._plan(ref, priority, refused)
             if outcome.choice is None:
                 self._not_before[ref.uid] = time.monotonic() + RETRY
+                self._block(ref, outcome)
                 metrics.PREEMPTIONS.labels("own", "none").inc()
                 log.info("no preemption", extra={"verb": "preempt", "pod": ref.display, "decision": "none",
                                                  "reason": outcome.why_not})

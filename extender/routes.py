@@ -144,6 +144,7 @@ async def handle_filter(request: web.Request) -> web.Response:
         holds.hold(ref, out.passed[0])  # kube-scheduler picks the only feasible node without /prioritize
     elif out.decision == "fits-nowhere":
         request.app[PREEMPTION].consider(ref, args.pod, list(out.failed))
+        out.failed = request.app[PREEMPTION].say_blocked(ref, out.failed)
     try:
         response, ms = _respond(wire.filter_result(args, out.passed, out.failed, out.unresolvable), started)
     except orjson.JSONEncodeError as exc:

@@ -183,6 +183,12 @@ async def test_own_path_honours_pdbs_and_says_why_it_does_nothing(
     (line,) = [r for r in caplog.records if r.getMessage() == "no preemption"]
     assert "PodDisruptionBudget llm-inference/keep-b, llm-inference/keep-c allows no more disruptions" \
         in line.reason  # type: ignore[attr-defined]
+    # The pod's next attempt says so, where its owner looks (kube-scheduler's FailedScheduling event).
+    answer = await connected.filter(preemptor(), ["cpu-a1"])
+    assert answer["FailedNodes"]["cpu-a1"].endswith(
+        "; evicting lower-priority pods would make room, but PodDisruptionBudget llm-inference/keep-b, "
+        "llm-inference/keep-c allows no more disruptions")
+    assert "cpu-a1" not in answer["FailedNodes"]["cpu-a1"]
 
 
 async def test_own_path_spares_higher_priorities_and_never_preempts_for_a_never_pod(
