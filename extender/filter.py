@@ -181,11 +181,11 @@ class Judge:
 
     def _see(self, ledger: NodeLedger) -> tuple[NodeLedger, int, frozenset[str]]:
         """A node met for the first time, or rebuilt: what `fit` reads of it that only a rebuild changes,
-        as a small id, and the balloon types that have a maxBalloons there."""
+        as a small id, and the balloon types whose balloon count enters `fit` there."""
         nri = ledger.nri
         policy = nri.policy
         shape = (ledger.capacity, ledger.threads_per_core, id(policy), nri.status, len(ledger.reserved),
-                 ledger.shared_pool_cpus)
+                 ledger.shared_pool_cpus, ledger.numa_memory)
         known = self._shapes.get(shape)
         if known is None:
             if len(self._shapes) >= MAX_SHAPES:
@@ -193,7 +193,9 @@ class Judge:
                 self._nodes.clear()
                 self._memos.clear()
             known = self._shapes[shape] = (len(self._shapes), policy)
-        capped = frozenset(t.name for t in policy.balloon_types if t.max_balloons > 0) if policy else frozenset()
+        # Types whose next balloon depends on how many there are: maxBalloons, or filled before a new one is made.
+        capped = frozenset(t.name for t in policy.balloon_types if t.max_balloons > 0 or not t.prefer_new_balloons) \
+            if policy else frozenset()
         entry = self._nodes[ledger.name] = (ledger, known[0], capped)
         return entry
 
@@ -222,8 +224,10 @@ class Judge:
         if key.policy == "nri-balloons":
             if key.balloon_type in seen[2]:
                 cls += (ledger.count_balloons(key.balloon_type),)
-            # balance-balloons picks the component type with the fewest instances.
+            # balance-balloons picks the component type with the fewest instances; pinMemory needs memory free.
             cls += (ledger.instance_key,)
+            if key.memory_bytes:
+                cls += (ledger.free_memory(),)
         elif key.policy not in fitmod.EXCLUSIVE_POLICIES:
             cls += (ledger.shared_milli,)
         verdict = classes.get(cls)

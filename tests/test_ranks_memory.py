@@ -105,3 +105,21 @@ async def test_memory_per_numa_node_never_and_now(make_webhook: MakeWebhook) -> 
     assert not busy.ok and busy.check == "insufficient-free-memory" and busy.resolvable
     assert "needs 200Gi free memory on each of its NUMA nodes" in busy.reason
     assert state.ledger("busy").free_memory() == (136 * 2**30, 136 * 2**30)  # type: ignore[union-attr]
+
+
+def test_the_extender_tells_apart_nodes_that_differ_only_in_free_memory() -> None:
+    from extender.filter import Judge
+
+    hog = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "cache", "namespace": "data", "uid": "uid-cache", "labels": {"app": "cache"}},
+           "spec": {"nodeName": "busy", "containers": [{"name": "redis", "resources": {
+               "requests": {"cpu": "100m", "memory": "300Gi"}}}]}, "status": {"phase": "Running"}}
+    fleet = [node("roomy", 2), policy("roomy", 2), node("busy", 2), policy("busy", 2), hog]
+    state = ClusterState.from_objects(fleet, Settings())
+    assert state.ledger("roomy").free() == state.ledger("busy").free()  # type: ignore[union-attr]
+    model = running("new", "", "400Gi")
+    model["spec"].pop("nodeName")
+    judge = Judge(state)
+    roomy, busy = judge.verdicts(judge.read_pod(model), ["roomy", "busy"])
+    assert roomy is not None and roomy.ok
+    assert busy is not None and not busy.ok and "200Gi free memory" in busy.message
