@@ -114,7 +114,10 @@ def test_the_extender_tells_apart_nodes_that_differ_only_in_free_memory() -> Non
            "metadata": {"name": "cache", "namespace": "data", "uid": "uid-cache", "labels": {"app": "cache"}},
            "spec": {"nodeName": "busy", "containers": [{"name": "redis", "resources": {
                "requests": {"cpu": "100m", "memory": "300Gi"}}}]}, "status": {"phase": "Running"}}
-    fleet = [node("roomy", 2), policy("roomy", 2), node("busy", 2), policy("busy", 2), hog]
+    shared = policy("roomy", 2)  # one policy for both: the same class of node for the extender's memo
+    shared["metadata"]["name"] = "default"
+    shared["status"]["nodes"]["busy"] = shared["status"]["nodes"]["roomy"]
+    fleet = [node("roomy", 2), node("busy", 2), shared, hog]
     state = ClusterState.from_objects(fleet, Settings())
     assert state.ledger("roomy").free() == state.ledger("busy").free()  # type: ignore[union-attr]
     model = running("new", "", "400Gi")
