@@ -6,8 +6,8 @@ For each fleet size: one control plane (tests/e2e/cluster.py), N empty 2-NUMA Xe
 installed from manifests/. Two kube-scheduler processes from the same binary and the same configuration of
 manifests/: one with our extender (profile model-placement-scheduler), one with the `extenders:` stanza removed
 (profile bench-plain). For each, `--pods` model pods are created while it is stopped and then it is started: pods/s
-is the bound pods over the time from the first bind seen to the last. The extended pods come through our webhook
-(mutated as in production); the plain ones are the same mutated pods with only schedulerName changed.
+is the bound pods over the time from the first bind seen to the last. Both get the same pods: copies of one pod
+as our webhook mutated it (20 models), differing only in schedulerName.
 The extender's share: the seconds our server spent answering /filter and /prioritize (its own
 request-duration metric) over the wall time of the run; /bind runs off the scheduling cycle and is shown apart.
 """
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.e2e.cluster import Cluster, node, wait_until  # noqa: E402
 from tests.e2e.fleet import model_pod  # noqa: E402
 
-EXTENDED_NS, PLAIN_NS = "bench", "bench-plain"
+TEMPLATE_NS, EXTENDED_NS, PLAIN_NS = "bench-template", "bench", "bench-plain"
 PLAIN = "bench-plain"
 
 
@@ -66,6 +66,26 @@ def timed_run(cluster: Cluster, namespace: str, pods: int, start: Any) -> tuple[
     return (pods - first_bound) / wall, wall
 
 
+def clones(template: dict[str, Any], namespace: str, scheduler: str, count: int) -> list[dict[str, Any]]:
+    """`count` copies of a pod as our webhook left it, 20 models, for `scheduler`; what the apiserver adds
+    (uid, the ServiceAccount volume, status) dropped, as a controller's create would not carry them."""
+    out = []
+    for i in range(count):
+        pod = copy.deepcopy(template)
+        meta = pod["metadata"]
+        pod["metadata"] = {"name": f"m-{i:05d}", "namespace": namespace, "annotations": meta.get("annotations", {}),
+                           "labels": {**meta.get("labels", {}), "model-manager.io/model": f"model-{i % 20}"}}
+        spec = pod["spec"]
+        for key in ("nodeName", "volumes", "serviceAccount", "serviceAccountName"):
+            spec.pop(key, None)
+        for c in spec["containers"]:
+            c.pop("volumeMounts", None)
+        spec["schedulerName"] = scheduler
+        pod.pop("status", None)
+        out.append(pod)
+    return out
+
+
 def run(nodes: int, pods: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
         cluster = Cluster(Path(tmp))
@@ -74,39 +94,28 @@ def run(nodes: int, pods: int) -> dict[str, Any]:
             cluster.install()
             cluster.kubectl("apply", "-f", str(Path(__file__).resolve().parents[1] / "manifests" / "examples"
                                                / "balloonspolicy.yaml"))
-            cluster.create_namespace(EXTENDED_NS, enabled=True)
-            cluster.create_namespace(PLAIN_NS, enabled=False)
+            for ns, enabled in ((TEMPLATE_NS, True), (EXTENDED_NS, False), (PLAIN_NS, False)):
+                cluster.create_namespace(ns, enabled=enabled)
             cluster.create_nodes([node(f"node-{i:05d}", numa=2, cores_per_numa=32) for i in range(nodes)])
             cluster.start_model_placement("webhook")
             cluster.start_model_placement("extender")
-            # Through our webhook, as in production; pending until their scheduler starts.
-            cluster.create_pods([model_pod(f"m-{i:05d}", EXTENDED_NS, tp=1, cpu="16", model=f"model-{i % 20}")
-                                 for i in range(pods)])
+            # One pod through our webhook gives the production shape; the measured pods are its copies, so both
+            # schedulers get the very same pods and the measure is the scheduler's, not the webhook's.
+            cluster.create_pods([model_pod("template", TEMPLATE_NS, tp=1, cpu="16")])
+            template = cluster.pods(TEMPLATE_NS)[0]
+            cluster.create_pods(clones(template, EXTENDED_NS, "model-placement-scheduler", pods))
             before = route_seconds(cluster)
             extended, wall = timed_run(cluster, EXTENDED_NS, pods, cluster.start_scheduler)
             after = route_seconds(cluster)
             cycle = sum(after.get(r, 0) - before.get(r, 0) for r in ("/filter", "/prioritize"))
             bind = after.get("/bind", 0) - before.get("/bind", 0)
             cluster.components["kube-scheduler"].stop()
-            plain_pods = []
-            for pod in cluster.pods(EXTENDED_NS):
-                clone = copy.deepcopy(pod)
-                clone["metadata"] = {k: v for k, v in pod["metadata"].items()
-                                     if k in ("name", "labels", "annotations")} | {"namespace": PLAIN_NS}
-                spec = clone["spec"]
-                for key in ("nodeName", "volumes", "serviceAccount", "serviceAccountName"):
-                    spec.pop(key, None)
-                for c in spec["containers"]:
-                    c.pop("volumeMounts", None)
-                spec["schedulerName"] = PLAIN
-                clone.pop("status", None)
-                plain_pods.append(clone)
-            # Same nodes, empty again for the plain scheduler: delete the extended pods first.
-            # Force: with no kubelet, a graceful delete of a bound pod never completes.
+            # Same nodes, empty again for the plain scheduler. Forced: with no kubelet, a graceful delete of a
+            # bound pod never completes.
             cluster.api.call("DELETE", f"/api/v1/namespaces/{EXTENDED_NS}/pods?gracePeriodSeconds=0")
             wait_until("the extended pods gone", lambda: not cluster.pods(EXTENDED_NS), timeout=120)
-            cluster.create_pods(plain_pods)
-            plain, plain_wall = timed_run(cluster, PLAIN_NS, pods, lambda: cluster.start_scheduler(
+            cluster.create_pods(clones(template, PLAIN_NS, PLAIN, pods))
+            plain, _ = timed_run(cluster, PLAIN_NS, pods, lambda: cluster.start_scheduler(
                 "kube-scheduler-plain", without_extender))
             return {"nodes": nodes, "pods": pods, "extended": extended, "plain": plain,
                     "ratio": extended / plain, "share": cycle / wall, "bind_ms": 1000 * bind / pods,
