@@ -42,7 +42,7 @@ RESERVED_CORES_PER_NUMA = 2  # bench_extender's 8 reserved CPUs on a 2-NUMA SMT 
 
 def uniform_nodes() -> list[int]:
     """bench_extender's node indices of one shape, outside its node group with a policy of its own."""
-    return [i for i in range(100_000) if node_shape(i) == (2, 32, True) and i % 10 != 3]
+    return [i for i in range(100_000) if node_shape(i) == (2, 32, True) and i % 10 != 3]  # group numa2
 
 
 def fleet(n_pods: int) -> tuple[list[dict[str, Any]], int, int]:
@@ -50,7 +50,7 @@ def fleet(n_pods: int) -> tuple[list[dict[str, Any]], int, int]:
     per = (32 - RESERVED_CORES_PER_NUMA) // 2
     indices = uniform_nodes()[: -(-n_pods // 4)]
     nodes = [node_object(i) for i in indices]
-    policy = balloons_policy("default", (1, 2), {node_name(i): "Success" for i in indices})
+    policy = balloons_policy("group.numa2", 2, {node_name(i): "Success" for i in indices})
     return nodes + [policy], per, len(nodes)
 
 

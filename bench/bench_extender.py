@@ -1,7 +1,8 @@
 """Benchmark the scheduler extender over HTTP on loopback:  python bench/bench_extender.py [--quick] [--gc tuned]
 
 A synthetic fleet (5,000 nodes, 100,000 pods by default: 2, 4 and 8 NUMA nodes, SMT on and off, model
-pods of TP 1/2/4/8 running on them, a node group whose BalloonsPolicy lacks the TP=8 type, nodes whose
+pods of TP 1/2/4/8 running on them, a BalloonsPolicy per NUMA count with the types `balloons-policy`
+generates, one node in ten in a group whose policy lacks the type spanning all its NUMA nodes, nodes whose
 NRI plugin reports Failure) is built with the real ClusterState in a server process, which serves the
 real extender app. This process sends what kube-scheduler sends, over one keep-alive connection, and
 prints p50/p99 round trips (and the server's own time, from its Server-Timing header) per case:
@@ -63,8 +64,9 @@ def node_object(i: int, full: bool = False) -> dict[str, Any]:
     name = node_name(i)
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
               NUMA_LABEL: str(numa), SMT_LABEL: "true" if smt else "false", AMX_LABEL: "true"}
-    if i % 10 == 3:
-        labels[GROUP_LABEL] = "small"
+    # One BalloonsPolicy per hardware class (group.numaN), as an operator deploys the generated one; every tenth
+    # node is in a class whose policy lacks the type that spans all its NUMA nodes.
+    labels[GROUP_LABEL] = f"numa{numa}" + ("-small" if i % 10 == 3 else "")
     node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
                             "spec": {}, "status": {"capacity": {"cpu": str(cpus), "memory": "1024Gi", "pods": "250"},
                                                    "allocatable": {"cpu": str(cpus), "memory": "1000Gi", "pods": "250"}}}
@@ -132,25 +134,34 @@ def plain_pod(name: str, uid: str, node: str | None, milli: int) -> dict[str, An
             "status": {"phase": "Running" if node else "Pending"}}
 
 
-def balloons_policy(name: str, types: tuple[int, ...], nodes_status: dict[str, str]) -> dict[str, Any]:
+def balloons_policy(name: str, numa: int, nodes_status: dict[str, str], without: str = "") -> dict[str, Any]:
+    """The model balloon types `model-placement balloons-policy` generates for `numa` NUMA nodes (per-NUMA
+    types and composites over them), less the type named `without`."""
+    from types import SimpleNamespace
+
+    from placement.balloons import model_balloon_types
+
+    types = [t for t in model_balloon_types(SimpleNamespace(numa_count=numa), "vllm-balloon-tp")  # type: ignore[arg-type]
+             if t["name"] != without]
     return {"apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
             "metadata": {"name": name, "namespace": "kube-system"},
             "spec": {"reservedResources": {"cpu": str(RESERVED)}, "pinCPU": True, "pinMemory": True,
-                     "balloonTypes": [{"name": "reserved", "namespaces": ["kube-system"]}]
-                     + [{"name": f"vllm-balloon-tp{t}", "hideHyperthreads": True, "preferNewBalloons": True}
-                        for t in types]},
+                     "balloonTypes": [{"name": "reserved", "namespaces": ["kube-system"]}] + types},
             "status": {"nodes": {n: {"status": s, "generation": 1} for n, s in nodes_status.items()}}}
 
 
 def build_fleet(n_nodes: int, n_pods: int, seed: int = 7) -> list[dict[str, Any]]:
-    """Nodes, two BalloonsPolicies and pods: one in ten a model pod, placed only where it fits (as the
+    """Nodes, a BalloonsPolicy per NUMA count (and its smaller variant) and pods: one in ten a model pod, placed only where it fits (as the
     extender would have), the rest small shared-pool pods."""
     rng = random.Random(seed)
     objects: list[dict[str, Any]] = [node_object(i) for i in range(n_nodes)]
     status = {node_name(i): ("Failure" if i % 97 == 5 else "Success") for i in range(n_nodes)}
-    small = {n: s for n, s in status.items() if int(n[5:]) % 10 == 3}
-    objects.append(balloons_policy("default", (1, 2, 4, 8), {n: s for n, s in status.items() if n not in small}))
-    objects.append(balloons_policy("group.small", (1, 2, 4), small))
+    for numa in sorted({n for n, _ in SHAPES}):
+        for small in (False, True):
+            members = {node_name(i): status[node_name(i)] for i in range(n_nodes)
+                       if node_shape(i)[0] == numa and (i % 10 == 3) == small}
+            objects.append(balloons_policy(f"group.numa{numa}{'-small' if small else ''}", numa, members,
+                                           without=f"vllm-balloon-tp{numa}" if small else ""))
     free = []
     for i in range(n_nodes):
         numa, cores, _ = node_shape(i)
@@ -169,7 +180,8 @@ def build_fleet(n_nodes: int, n_pods: int, seed: int = 7) -> list[dict[str, Any]
             continue
         for k in order:
             free[i][k] -= per
-        objects.append(model_pod(f"{name}-x", f"uid-{p}", tp, per * tp, node_name(i), model=f"model-{p % 40}",
+        smt = 2 if node_shape(i)[2] else 1  # cpu: N is N logical CPUs: per cores on each NUMA node
+        objects.append(model_pod(f"{name}-x", f"uid-{p}", tp, per * tp * smt, node_name(i), model=f"model-{p % 40}",
                                  created=f"2026-01-05T08:{(p // 6000) % 60:02d}:{(p // 100) % 60:02d}Z"))
     return objects
 
