@@ -37,7 +37,8 @@ class ConfigError(ValueError):
 
 
 class Settings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # protected_namespaces: pydantic before 2.10 warns on stderr that `model_labels` shadows its own "model_" names.
+    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
 
     kubernetes_cpu_policy: CpuPolicy = "nri-balloons"
     nri_enabled: bool = True
