@@ -21,7 +21,7 @@ Every finding is one sentence with the node(s) and the numbers; nodes alike are 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ MIN_BALLOONS_DO_NOT_FIT = "policy-min-balloons-do-not-fit"
 RESERVES_HELD_CORES = "policy-reserves-held-cores"
 IGNORED_SETTING = "policy-setting-ignored"
 APPLIES_TO_NO_NODE = "policy-applies-to-no-node"
+SPAN_BELOW_TP = "policy-span-below-tp"
 NUMA_UNKNOWN = "policy-numa-unknown"
 
 # Forbidden on a composite type (validateConfig), whose CPUs come from its components: the pointer options when set
@@ -76,14 +77,13 @@ def check_policy(obj: Mapping[str, Any], cluster: ClusterState) -> PolicyCheck:
     refusals = list(_plugin_refusals(spec, raw_types))
     warnings = list(_ignored_settings(raw_types))
     policy = parse_balloons_policy(obj)
+    model_types = [t.name for t in policy.balloon_types if t.name.startswith(cluster.settings.nri_balloon_prefix)]
+    warnings.extend(_narrow_types(policy, model_types, cluster.settings.nri_balloon_prefix))
     names = _applies_to(policy, cluster)
     if not names:
-        warnings.append(Finding(APPLIES_TO_NO_NODE, f"it applies to no node now: the plugin reads `default`, "
-                                                    f"`node.<node>` and `group.<{GROUP_LABEL} label>` policies, "
-                                                    f"and no node known takes {policy.name!r}"))
+        warnings.append(Finding(APPLIES_TO_NO_NODE, f"it applies to no node now: {_why_no_node(policy.name)}"))
         return PolicyCheck(tuple(refusals), tuple(warnings), ())
     ledgers = [ledger for ledger in map(cluster.ledger, names) if ledger is not None and len(ledger.topology.cpus)]
-    model_types = [t.name for t in policy.balloon_types if t.name.startswith(cluster.settings.nri_balloon_prefix)]
     node_refusals, node_warnings = _node_findings(policy, ledgers, model_types)
     return PolicyCheck(tuple(refusals + node_refusals), tuple(warnings + node_warnings), tuple(names))
 
@@ -246,6 +246,17 @@ def _applies_to(policy: BalloonsPolicy, cluster: ClusterState) -> list[str]:
             if policy_for_node(candidates, name, cluster.nodes[name].labels) is policy]
 
 
+def _why_no_node(name: str) -> str:
+    kind, _, rest = name.partition(".")
+    if name == "default":
+        return "every node known takes a node.<node> or group.<group> policy first"
+    if kind == "node" and rest:
+        return f"no node named {rest!r} is known"
+    if kind == "group" and rest:
+        return f"no node known has the label {GROUP_LABEL}={rest} (or each takes its own node.<node> policy)"
+    return f"the plugin reads only `default`, `node.<node>` and `group.<group>` policies, not {name!r}"
+
+
 def _span(policy: BalloonsPolicy, name: str) -> int:
     """NUMA nodes one balloon of the type takes: a plain type 1, a composite the sum of its components' (one of
     them, the widest, under balance-balloons). The plugin refuses cycles and missing types; both count 1 here."""
@@ -258,6 +269,17 @@ def _span(policy: BalloonsPolicy, name: str) -> int:
         return max(spans) if btype.component_creation == "balance-balloons" else sum(spans)
 
     return span(name, frozenset())
+
+
+def _narrow_types(policy: BalloonsPolicy, model_types: Sequence[str], prefix: str) -> Iterator[Finding]:
+    """`<prefix>N` is what our webhook gives a TP=N pod: spanning fewer than N NUMA nodes, ranks share one."""
+    for name in model_types:
+        tail = name[len(prefix):]
+        span = _span(policy, name)
+        if tail.isdigit() and span < int(tail):
+            yield Finding(SPAN_BELOW_TP, f"model type {name!r} spans {span} NUMA node{'s' if span > 1 else ''}, so "
+                                         f"the {tail} ranks of a TP={tail} pod would share; make it a composite of "
+                                         f"{tail} per-NUMA types, as `model-placement balloons-policy` writes it")
 
 
 def _reachable(policy: BalloonsPolicy, name: str) -> list[str]:
@@ -280,12 +302,14 @@ def nodes_text(names: Sequence[str]) -> str:
     return f"node{'s' if len(names) > 1 else ''} {shown}{more}"
 
 
-def _grouped(found: Iterable[tuple[str, tuple[Any, ...], str]], render: Any) -> list[Finding]:
+def _grouped(found: Iterable[tuple[str, tuple[Any, ...], str]],
+             render: Callable[[str, tuple[Any, ...], str, bool], str]) -> list[Finding]:
     """(check, key, node) triples -> one finding per (check, key), naming all of its nodes."""
     groups: dict[tuple[str, tuple[Any, ...]], list[str]] = {}
     for check, key, node in found:
         groups.setdefault((check, key), []).append(node)
-    return [Finding(check, render(check, key, nodes_text(nodes))) for (check, key), nodes in groups.items()]
+    return [Finding(check, render(check, key, nodes_text(nodes), len(nodes) > 1))
+            for (check, key), nodes in groups.items()]
 
 
 def _node_findings(policy: BalloonsPolicy, ledgers: Sequence[NodeLedger],
@@ -307,7 +331,7 @@ def _node_findings(policy: BalloonsPolicy, ledgers: Sequence[NodeLedger],
         reserved = _reserved_on(policy, topo)
         found: list[tuple[str, tuple[Any, ...]]] = []
         if named is not None and named - cpus:
-            found.append((RESERVED_NOT_ON_NODE, (str(cpus), str(named - cpus))))
+            found.append((RESERVED_NOT_ON_NODE, (str(named - cpus),)))
         if topo.source != "single-numa":
             numa = topo.numa_count
             found.extend((SPAN_EXCEEDS_NUMA, (name, span, numa)) for name, span in spans.items() if span > numa)
@@ -388,24 +412,25 @@ def _held_conflicts(ledger: NodeLedger, capacity: Sequence[tuple[int, int, str]]
             yield numa, cpus, cores, held, tuple(sorted(pod for pod, _ in holders))
 
 
-def _render(check: str, key: tuple[Any, ...], nodes: str) -> str:
+def _render(check: str, key: tuple[Any, ...], nodes: str, plural: bool) -> str:
+    have = "have" if plural else "has"
     if check == RESERVED_NOT_ON_NODE:
-        cpus, missing = key
-        return f"reservedResources.cpu names CPUs {missing}, which {nodes} lack (CPUs {cpus})"
+        (missing,) = key
+        return f"reservedResources.cpu names CPUs {missing}, which {nodes} {'lack' if plural else 'lacks'}"
     if check == SPAN_EXCEEDS_NUMA:
         name, span, numa = key
-        return (f"model type {name!r} spans {span} NUMA nodes but {nodes} have {numa}: its ranks would share "
+        return (f"model type {name!r} spans {span} NUMA nodes but {nodes} {have} {numa}: its ranks would share "
                 f"NUMA nodes")
     if check == NUMA_DEVICE_MISSING:
         model, part, device, numa = key
         via = "" if model == part else f" (a component of model type {model!r})"
-        return (f"type {part!r}{via} prefers /sys/devices/system/node/node{device} but {nodes} have NUMA nodes "
+        return (f"type {part!r}{via} prefers /sys/devices/system/node/node{device} but {nodes} {have} NUMA nodes "
                 f"0-{numa - 1} only: the plugin drops the preference")
     if check == MIN_BALLOONS_DO_NOT_FIT:
         wanted, outside, has_reserved = key
         parts = ", ".join(f"{name!r} {n} × {c}" for name, n, c in wanted)
         where = "outside the reserved cpuset" if has_reserved else "in all"
-        return (f"minBalloons × minCPUs ({parts}) is {sum(n * c for _, n, c in wanted)} CPUs but {nodes} have "
+        return (f"minBalloons × minCPUs ({parts}) is {sum(n * c for _, n, c in wanted)} CPUs but {nodes} {have} "
                 f"{outside} {where}")
     if check == RESERVES_HELD_CORES:
         numa, cpus, capacity, held, pods = key

@@ -7,35 +7,30 @@ test_policy_refusals.py shows that the real plugin refuses the same policies, or
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from placement.balloons import node_balloons_policy
 from placement.config import Settings
 from placement.topology import linux_layout
 from server.cli import demo_text, load_objects
 from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are fixtures, used by name
-    Answer, MakeWebhook, Obj, Webhook, decisions, make_webhook, wh,
+    Answer, MakeWebhook, Obj, Webhook, decisions, make_webhook, review, wh,
 )
 from tests.test_webhook_validate import balloons_policy, node, running
 
-GVK = {"group": "config.nri", "version": "v1alpha1", "kind": "BalloonsPolicy"}
-GVR = {"group": "config.nri", "version": "v1alpha1", "resource": "balloonspolicies"}
-
-
-def policy_review(policy: Obj, operation: str = "UPDATE", uid: str = "3f1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f") -> Obj:
-    """The AdmissionReview kube-apiserver sends for a BalloonsPolicy (shape of tests/fixtures/ar-deployment-update.json)."""
-    meta = policy["metadata"]
-    request: Obj = {
-        "uid": uid, "kind": GVK, "resource": GVR, "requestKind": GVK, "requestResource": GVR,
-        "name": meta["name"], "namespace": meta["namespace"], "operation": operation,
-        "userInfo": {"username": "kubernetes-admin", "groups": ["kubeadm:cluster-admins", "system:authenticated"]},
-        "object": policy, "oldObject": copy.deepcopy(policy) if operation == "UPDATE" else None, "dryRun": False,
-        "options": {"kind": f"{operation.capitalize()}Options", "apiVersion": "meta.k8s.io/v1",
-                    "fieldManager": "kubectl-client-side-apply"},
-    }
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+def policy_review(policy: Obj, operation: str = "UPDATE", uid: str = "") -> Obj:
+    """What kube-apiserver v1.35 sent our webhook for `kubectl apply` of a BalloonsPolicy (recorded through the e2e
+    control plane: tests/fixtures/ar-balloonspolicy-update.json), carrying `policy` instead."""
+    sent = review("ar-balloonspolicy-update.json", uid=uid or None)
+    request = sent["request"]
+    request.update(name=policy["metadata"]["name"], namespace=policy["metadata"]["namespace"], operation=operation,
+                   object=policy, oldObject=copy.deepcopy(request["object"]) if operation == "UPDATE" else None)
+    request["options"]["kind"] = f"{operation.capitalize()}Options"
+    return sent
 
 
 def stored(spec: dict[str, Any], name: str = "default") -> Obj:
@@ -89,7 +84,9 @@ async def test_reserved_cpuset_names_the_nodes_that_lack_its_cpus(make_webhook: 
     # `default` applies to the nodes without a node./group. policy: small-a and small-b, not big or wide-1.
     message = refused(await wh.validate(policy_review(stored(spec()))))
     assert message == ("model-placement refuses BalloonsPolicy kube-system/default: reservedResources.cpu names "
-                          "CPUs 64-66,96-98, which nodes small-a, small-b lack (CPUs 0-63).")
+                          "CPUs 64-66,96-98, which nodes small-a, small-b lack.")
+    refused(await wh.validate(policy_review(stored(spec(reserved="cpuset:0,64"), name="node.small-a"), "CREATE")),
+            "reservedResources.cpu names CPUs 64, which node small-a lacks.")
     # The same cpuset is fine on the node it was written for.
     assert (await wh.validate(policy_review(stored(spec(), name="node.big")))).allowed
     # exclude-cpuset: names the CPUs left out; the node lacking some of them is no fault (the plugin agrees).
@@ -225,10 +222,24 @@ async def test_reserved_balloon_counts_other_than_one_are_admitted_with_a_warnin
                                    "effect: the plugin always runs exactly one reserved balloon")
 
 
+async def test_a_plain_tp2_type_is_admitted_with_a_warning(wh: Webhook) -> None:
+    # manifests/examples/balloonspolicy.yaml as it stands: plain TP>1 types.
+    example = yaml.safe_load((Path(__file__).parent.parent / "manifests/examples/balloonspolicy.yaml").read_text())
+    answer = await wh.validate(policy_review(example, "CREATE"))
+    assert answer.allowed
+    assert "model type 'vllm-balloon-tp2' spans 1 NUMA node, so the 2 ranks of a TP=2 pod would share; make it a " \
+           "composite of 2 per-NUMA types" in answer.warning_text
+    assert "'vllm-balloon-tp4' spans 1 NUMA node, so the 4 ranks" in answer.warning_text
+
+
 async def test_a_policy_no_node_takes_is_admitted_with_a_warning(wh: Webhook) -> None:
     answer = await wh.validate(policy_review(stored(spec(), name="node.cpu-gone"), "CREATE"))
     assert answer.allowed
-    assert "it applies to no node now" in answer.warning_text and "'node.cpu-gone'" in answer.warning_text
+    assert answer.warning_text == ("BalloonsPolicy kube-system/node.cpu-gone: it applies to no node now: no node "
+                                   "named 'cpu-gone' is known")
+    answer = await wh.validate(policy_review(stored(spec(), name="gpu-nodes"), "CREATE"))
+    assert answer.warning_text.endswith("the plugin reads only `default`, `node.<node>` and `group.<group>` "
+                                        "policies, not 'gpu-nodes'")
 
 
 async def test_what_is_not_judged_and_what_cannot_be_read(wh: Webhook) -> None:

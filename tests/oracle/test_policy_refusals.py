@@ -14,7 +14,7 @@ from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.policycheck import (
     COMPONENT_MISSING, MIN_BALLOONS_DO_NOT_FIT, NUMA_DEVICE_MISSING, PLUGIN_REFUSES, RESERVED_NOT_ON_NODE,
-    SPAN_EXCEEDS_NUMA, IGNORED_SETTING, PolicyCheck, check_policy,
+    SPAN_BELOW_TP, SPAN_EXCEEDS_NUMA, IGNORED_SETTING, PolicyCheck, check_policy,
 )
 from placement.topology import linux_layout
 from tests.oracle.peer import BALLOON_KEY, BalloonsPeer, Container, Pod, PolicyRefused, policy_object
@@ -116,6 +116,13 @@ def reserved_cpus_go_to_model_balloons(node: BalloonsPeer) -> None:
     assert held & RESERVED == RESERVED  # the pre-created balloons hold the reserved cpuset
 
 
+def tp2_on_one_numa_node(node: BalloonsPeer) -> None:
+    got = node.create(model_pod("m2", "vllm-balloon-tp2"), Container("vllm", cpu="4", cpu_limit="4",
+                                                                      memory_limit=1 << 30))
+    assert got.ok, got.error
+    assert len({SHAPE.numa_of(cpu) for cpu in got.cpus}) == 1
+
+
 def one_reserved_balloon(node: BalloonsPeer) -> None:
     assert [b.name for b in node.balloons() if b.type == "reserved"] == ["reserved[0]"]
 
@@ -129,6 +136,8 @@ PLUGIN_ACCEPTS: dict[str, tuple[str, bool, Spec, Callable[[BalloonsPeer], None]]
     "min-balloons-take-reserved": (MIN_BALLOONS_DO_NOT_FIT, True, policy({"name": "warm", "minBalloons": 2,
                                                                          "minCPUs": 8}),
                                    reserved_cpus_go_to_model_balloons),
+    "plain-tp2": (SPAN_BELOW_TP, False, policy({"name": "vllm-balloon-tp2", "hideHyperthreads": True}),
+                  tp2_on_one_numa_node),
     "reserved-min-balloons": (IGNORED_SETTING, False, policy({"name": "reserved", "minBalloons": 2}),
                               one_reserved_balloon),
 }
