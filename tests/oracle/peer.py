@@ -29,6 +29,10 @@ balloons  ``{"op": "balloons"}`` → ``{"balloons": [{"name": "type[i]", "type",
           "shared_cpuset", "component_cpusets", "containers": ["ns/pod/ctr"]}], "zones": [...]}``: the
           NodeResourceTopology zones the plugin exports (containers listed with showContainersInNrt, which
           `BalloonsPeer` turns on unless the policy says otherwise).
+reconfigure ``{"op": "reconfigure", "policy": "<BalloonsPolicy YAML>"}``: the policy file is replaced, as an
+          updated BalloonsPolicy reaches the agent, and the plugin's verdict read from its log
+          → ``{"applied": true, "error": null}`` or ``{"applied": false, "refused": "<its error>"}`` (it then
+          keeps the previous configuration).
 Errors of the protocol itself (unknown op, unknown pod) come back as ``{"error": "..."}`` too.
 
 Python API::
@@ -191,7 +195,8 @@ class BalloonsPeer:
         # A node's sysfs is thousands of small files: in memory when the machine has a tmpfs for it.
         self._dir = tempfile.TemporaryDirectory(prefix="balloons-node-", dir=SHM if os.access(SHM, os.W_OK) else None)
         root = write_sysfs(Path(self._dir.name) / "host", shape)
-        config = Path(self._dir.name) / "policy.yaml"
+        config = Path(self._dir.name) / "policy" / "policy.yaml"  # alone in its directory: the agent watches it
+        config.parent.mkdir()
         config.write_text(yaml.safe_dump(policy_object(policy)))
         self._stderr = open(Path(self._dir.name) / "stderr", "w+b")
         self.proc = subprocess.Popen([str(build("balloons")), "-host-root", str(root), "-config-file", str(config)],
@@ -278,6 +283,11 @@ class BalloonsPeer:
         return [Balloon(b["name"], b["type"], int(b["instance"]), frozenset(_cpus(b["cpuset"])),
                         frozenset(_cpus(b["shared_cpuset"])), tuple(b["containers"]))
                 for b in self._checked("balloons").get("balloons") or []]
+
+    def reconfigure(self, policy: dict[str, Any]) -> str | None:
+        """Update the policy in place: None when the plugin applied it, else its refusal."""
+        answer = self._checked("reconfigure", policy=yaml.safe_dump(policy_object(policy)))
+        return None if answer.get("applied") else answer.get("refused", "")
 
     def zones(self) -> list[dict[str, Any]]:
         """The NodeResourceTopology zones the plugin would export, as its Go structs serialise."""

@@ -238,3 +238,17 @@ def test_exported_topology_is_one_zone_per_balloon_and_containers_as_children() 
                      ("models/m1/vllm", "allocation for container", "vllm-balloon-tp1[0]")}  # no node-N zones
     [model_zone] = [z for z in zones if z["Name"] == "vllm-balloon-tp1[0]"]
     assert {a["Name"] for a in model_zone["Attributes"]} >= {"cpuset", "shared cpuset", "excess cpus"}
+
+
+def test_a_refused_update_keeps_the_previous_configuration() -> None:
+    with BalloonsPeer(TWO_SOCKETS, policy({"name": "vllm-balloon-tp1", **MODEL_TYPE})) as node:
+        assert node.create(model_pod("m1", "vllm-balloon-tp1"), model("8")).ok
+        before = node.balloons()
+        refused = node.reconfigure(policy({"name": "vllm-balloon-tp1", **MODEL_TYPE, "minCPUs": 8, "maxCPUs": 4}))
+        after = node.balloons()
+        still = node.create(model_pod("m2", "vllm-balloon-tp1"), model("8"))
+        applied = node.reconfigure(policy({"name": "vllm-balloon-tp1", **MODEL_TYPE}, {"name": "vllm-balloon-tp2", **MODEL_TYPE}))
+        new_type = node.create(model_pod("m3", "vllm-balloon-tp2"), model("8"))
+    assert refused is not None and "MinCpus" in refused
+    assert after == before and still.ok  # the running balloons and the old types are untouched
+    assert applied is None and new_type.ok, new_type.error

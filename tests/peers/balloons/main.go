@@ -59,6 +59,7 @@ type request struct {
 	Op        string    `json:"op"`
 	Pod       Pod       `json:"pod"`
 	Container Container `json:"container"`
+	Policy    string    `json:"policy"` // reconfigure: the new BalloonsPolicy, YAML
 }
 
 // Placement is what the runtime last applied to a container.
@@ -74,6 +75,8 @@ type answer struct {
 	Containers map[string]Placement         `json:"containers,omitempty"`
 	Balloons   []balloon                    `json:"balloons,omitempty"`
 	Zones      []*resmgrpolicy.TopologyZone `json:"zones,omitempty"`
+	Applied    *bool                        `json:"applied,omitempty"`
+	Refused    string                       `json:"refused,omitempty"`
 	Error      *string                      `json:"error"`
 }
 
@@ -101,6 +104,8 @@ type runtime struct {
 	placement map[string]Placement // by container ID
 	names     map[string]string    // container ID -> namespace/pod/container
 	nextID    int
+	log       *logWatch
+	config    string // the policy file the agent watches
 }
 
 func (r *runtime) id(prefix string) string {
@@ -371,45 +376,123 @@ func (r *runtime) handle(req request) answer {
 		return answer{Containers: r.containers()}
 	case "balloons":
 		return r.balloons()
+	case "reconfigure":
+		refused, err := r.log.reconfigure(r.config, []byte(req.Policy))
+		if err != nil {
+			return failed(err)
+		}
+		applied := refused == ""
+		return answer{Applied: &applied, Refused: refused}
 	}
-	return failed(fmt.Errorf("unknown op %q (create, remove, remove_pod, containers, balloons)", req.Op))
+	return failed(fmt.Errorf("unknown op %q (create, remove, remove_pod, containers, balloons, reconfigure)", req.Op))
 }
 
-// startupWatch passes the plugin's log through to stderr and turns the lines that mean "this configuration
-// is refused" into the protocol's start-up error: an invalid policy makes the plugin exit (or, when it fails
-// CRD-level validation, wait forever), and the caller must learn why in one line.
-type startupWatch struct {
-	out   *json.Encoder
-	ready chan struct{}
-	once  sync.Once
+// logWatch passes the plugin's log through to stderr and reads the few lines that tell how a configuration
+// went: an invalid policy at start-up makes the plugin exit (or, when it fails CRD-level validation, wait
+// forever), and an update's outcome is only ever logged.
+type logWatch struct {
+	sync.Mutex
+	out    *json.Encoder
+	ready  chan struct{}
+	once   sync.Once
+	update *pendingUpdate // the configuration update a reconfigure op waits for
+}
+
+type pendingUpdate struct {
+	seen bool   // the plugin took the new file in
+	err  string // why it refused it
+	done chan string
 }
 
 var refusals = []string{"failed to apply configuration: ", "failed to validate configuration: ", "failed to start with initial configuration"}
 
-func (w *startupWatch) Write(p []byte) (int, error) {
+const (
+	updateSeen     = "configuration update "    // resmgr.updateConfig, before applying
+	updateFailed   = "failed to apply update: " // resmgr.reconfigure; the previous config is put back
+	updateInvalid  = "failed to validate configuration: "
+	updateFinished = "updating topology zones..." // resmgr.updateConfig, after applying or reverting
+)
+
+func after(line, marker string) (string, bool) {
+	i := strings.Index(line, marker)
+	if i < 0 {
+		return "", false
+	}
+	return strings.TrimRight(strings.TrimSpace(line[i:]), `"`), true
+}
+
+func (w *logWatch) Write(p []byte) (int, error) {
 	os.Stderr.Write(p)
 	select {
 	case <-w.ready:
-		return len(p), nil
+		w.Lock()
+		defer w.Unlock()
+		if w.update != nil {
+			for _, line := range strings.Split(string(p), "\n") {
+				w.follow(line)
+			}
+		}
 	default:
-	}
-	for _, line := range strings.Split(string(p), "\n") {
-		for _, marker := range refusals {
-			if i := strings.Index(line, marker); i >= 0 {
-				w.refuse(strings.TrimRight(strings.TrimSpace(line[i:]), `"`))
+		for _, line := range strings.Split(string(p), "\n") {
+			for _, marker := range refusals {
+				if msg, ok := after(line, marker); ok {
+					w.refuse(msg)
+				}
 			}
 		}
 	}
 	return len(p), nil
 }
 
-func (w *startupWatch) refuse(msg string) {
+func (w *logWatch) follow(line string) {
+	u := w.update
+	switch {
+	case strings.Contains(line, updateSeen):
+		u.seen = true
+	case strings.Contains(line, updateFailed):
+		u.err, _ = after(line, updateFailed)
+	case strings.Contains(line, updateInvalid):
+		msg, _ := after(line, updateInvalid)
+		u.done <- msg
+		w.update = nil
+	case u.seen && strings.Contains(line, updateFinished):
+		u.done <- u.err
+		w.update = nil
+	}
+}
+
+func (w *logWatch) refuse(msg string) {
 	w.once.Do(func() {
 		w.out.Encode(map[string]any{"ready": false, "error": msg})
 		// The plugin exits by itself after a fatal refusal; after a validation one it would wait for a
 		// better configuration that never comes.
 		go func() { time.Sleep(200 * time.Millisecond); os.Exit(2) }()
 	})
+}
+
+// reconfigure replaces the policy file, as an updated BalloonsPolicy reaches the agent, and waits for the
+// plugin's verdict on it: "" when it applied it, else its error (it then keeps the previous configuration).
+func (w *logWatch) reconfigure(file string, policy []byte) (string, error) {
+	done := make(chan string, 1)
+	w.Lock()
+	w.update = &pendingUpdate{done: done}
+	w.Unlock()
+	next := file + ".next"
+	if err := os.WriteFile(next, policy, 0o644); err != nil {
+		return "", err
+	}
+	if err := os.Rename(next, file); err != nil {
+		return "", err
+	}
+	select {
+	case verdict := <-done:
+		return verdict, nil
+	case <-time.After(30 * time.Second):
+		w.Lock()
+		w.update = nil
+		w.Unlock()
+		return "", errors.New("the plugin did not take the new policy file in within 30 s")
+	}
 }
 
 func main() {
@@ -448,12 +531,13 @@ func main() {
 		}
 	}
 
-	watch := &startupWatch{out: enc, ready: make(chan struct{})}
+	watch := &logWatch{out: enc, ready: make(chan struct{})}
 	logger.SetOutput(watch)
 
 	synced := make(chan struct{})
 	var listening atomic.Bool // Start synchronizes the (no) pre-launched plugins; only a connection counts
-	rt := &runtime{pods: map[string]*podState{}, placement: map[string]Placement{}, names: map[string]string{}}
+	rt := &runtime{pods: map[string]*podState{}, placement: map[string]Placement{}, names: map[string]string{},
+		log: watch, config: flag.Lookup("config-file").Value.String()}
 	syncFn := func(ctx context.Context, cb nri.SyncCB) error {
 		if _, err := cb(ctx, nil, nil); err != nil {
 			return err
