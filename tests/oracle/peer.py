@@ -155,6 +155,12 @@ class Balloon:
 
 
 @lru_cache(maxsize=1)
+def binary() -> Path:
+    """The built peer; looked up once a session (the lookup hashes the module and asks go its version)."""
+    return build("balloons")
+
+
+@lru_cache(maxsize=1)
 def crd_schema() -> dict[str, Any]:
     """The openAPIV3Schema of the BalloonsPolicy CRD shipped in the pinned nri-plugins module."""
     done = subprocess.run([_go(), "list", "-m", "-f", "{{.Dir}}", NRI_PLUGINS], cwd=PEERS / "balloons",
@@ -192,6 +198,7 @@ class BalloonsPeer:
     def __init__(self, shape: NodeShape, policy: dict[str, Any], *, timeout: float = 120) -> None:
         self.shape = shape
         self.timeout = timeout
+        executable = binary()  # first: the build brings the module the CRD defaults are read from
         # A node's sysfs is thousands of small files: in memory when the machine has a tmpfs for it.
         self._dir = tempfile.TemporaryDirectory(prefix="balloons-node-", dir=SHM if os.access(SHM, os.W_OK) else None)
         root = write_sysfs(Path(self._dir.name) / "host", shape)
@@ -199,7 +206,7 @@ class BalloonsPeer:
         config.parent.mkdir()
         config.write_text(yaml.safe_dump(policy_object(policy)))
         self._stderr = open(Path(self._dir.name) / "stderr", "w+b")
-        self.proc = subprocess.Popen([str(build("balloons")), "-host-root", str(root), "-config-file", str(config)],
+        self.proc = subprocess.Popen([str(executable), "-host-root", str(root), "-config-file", str(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                      env={**os.environ, "TMPDIR": self._dir.name})  # its socket dir goes with ours
         try:
