@@ -278,7 +278,7 @@ def _narrow_types(policy: BalloonsPolicy, model_types: Sequence[str], prefix: st
         span = _span(policy, name)
         if tail.isdigit() and span < int(tail):
             yield Finding(SPAN_BELOW_TP, f"model type {name!r} spans {span} NUMA node{'s' if span > 1 else ''}, so "
-                                         f"the {tail} ranks of a TP={tail} pod would share; make it a composite of "
+                                         f"the {tail} ranks of a pod given it would share; make it a composite of "
                                          f"{tail} per-NUMA types, as `model-placement balloons-policy` writes it")
 
 

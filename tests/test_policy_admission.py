@@ -227,7 +227,7 @@ async def test_a_plain_tp2_type_is_admitted_with_a_warning(wh: Webhook) -> None:
     example = yaml.safe_load((Path(__file__).parent.parent / "manifests/examples/balloonspolicy.yaml").read_text())
     answer = await wh.validate(policy_review(example, "CREATE"))
     assert answer.allowed
-    assert "model type 'vllm-balloon-tp2' spans 1 NUMA node, so the 2 ranks of a TP=2 pod would share; make it a " \
+    assert "model type 'vllm-balloon-tp2' spans 1 NUMA node, so the 2 ranks of a pod given it would share; make it a " \
            "composite of 2 per-NUMA types" in answer.warning_text
     assert "'vllm-balloon-tp4' spans 1 NUMA node, so the 4 ranks" in answer.warning_text
 
