@@ -13,14 +13,16 @@ import base64
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +32,9 @@ import urllib3
 import yaml
 
 from certs import make_ca, make_serving_cert, write_bundle
-from tests.peers.build import build
+from tests.peers.build import PEERS, build
 
 ROOT = Path(__file__).resolve().parents[2]
-CRDS = Path(os.environ.get("MODEL_PLACEMENT_CRDS", ROOT.parent / "shared" / "fixtures" / "crds"))
 NAMESPACE = "model-placement"
 SERVICE = "model-placement-webhook"
 ADMIN_TOKEN = "e2e-admin-token"
@@ -46,6 +47,20 @@ CONTROLLERS = ",".join([
     "deployment-controller", "replicaset-controller", "garbage-collector-controller", "serviceaccount-controller",
     "namespace-controller", "root-ca-certificate-publisher-controller", "disruption-controller",
 ])
+
+
+def crd_files() -> list[Path]:
+    """The real BalloonsPolicy and NodeResourceTopology CRDs, as the nri-plugins release the balloons oracle
+    pins (tests/peers/balloons/go.mod) ships them, from the Go module cache."""
+    pinned = re.search(r"github\.com/containers/nri-plugins (v\S+)", (PEERS / "balloons" / "go.mod").read_text())
+    if pinned is None:
+        raise AssertionError("tests/peers/balloons/go.mod does not pin github.com/containers/nri-plugins")
+    done = subprocess.run(["go", "mod", "download", "-json", f"github.com/containers/nri-plugins@{pinned.group(1)}"],
+                          capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=600)
+    if done.returncode != 0:
+        raise AssertionError(f"go mod download of nri-plugins {pinned.group(1)} failed: {done.stdout}{done.stderr}")
+    bases = Path(json.loads(done.stdout)["Dir"]) / "config" / "crd" / "bases"
+    return [bases / "config.nri_balloonspolicies.yaml", bases / "topology.node.k8s.io_noderesourcetopologies.yaml"]
 
 
 def free_port() -> int:
@@ -133,11 +148,10 @@ class Api:
         self.http = urllib3.PoolManager(maxsize=16, ca_certs=str(ca), cert_reqs="CERT_REQUIRED")
         self.auth = {"Authorization": f"Bearer {token}"}
 
-    def call(self, method: str, path: str, body: Any = None, *, ok: Iterable[int] = (200, 201),
-             content_type: str = "application/json") -> Any:
+    def call(self, method: str, path: str, body: Any = None, *, ok: Iterable[int] = (200, 201)) -> Any:
         data = None if body is None else json.dumps(body).encode()
         resp = self.http.request(method, self.server + path, body=data, timeout=30,
-                                 headers={**self.auth, "Content-Type": content_type, "Accept": "application/json"})
+                                 headers={**self.auth, "Content-Type": "application/json", "Accept": "application/json"})
         if resp.status not in ok:
             raise AssertionError(f"{method} {path}: {resp.status} {resp.data[:500].decode(errors='replace')}")
         return json.loads(resp.data) if resp.data else None
@@ -167,6 +181,7 @@ class Cluster:
         self.ports = {"webhook": free_port(), "extender": free_port()}
         # Where the apiserver and kube-scheduler call us: our servers, unless a recording proxy stands in front.
         self.front = dict(self.ports)
+        self.mounts: dict[str, dict[str, Path]] = {}  # component -> its container's mountPath -> local copy
 
     # -- control plane ---------------------------------------------------------------------------------
 
@@ -294,7 +309,8 @@ class Cluster:
 
     def install(self) -> None:
         """CRDs, then everything manifests/ renders, the webhook clientConfig pointed at our local webhook."""
-        self.kubectl("apply", "--server-side", "-f", str(CRDS))
+        for crd in crd_files():
+            self.kubectl("apply", "--server-side", "-f", str(crd))
         for crd in ("balloonspolicies.config.nri", "noderesourcetopologies.topology.node.k8s.io"):
             self.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
         self.render_manifests()
@@ -305,7 +321,6 @@ class Cluster:
                     svc = hook["clientConfig"]["service"]
                     hook["clientConfig"] = {"url": f"https://{LOOPBACK}:{self.front['webhook']}{svc['path']}",
                                             "caBundle": hook["clientConfig"]["caBundle"]}
-        self.applied = docs
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
 
     def container(self, deployment: str, name: str) -> dict[str, Any]:
@@ -366,7 +381,7 @@ class Cluster:
         env = {e["name"]: e.get("value", NAMESPACE if "fieldRef" in e.get("valueFrom", {}) else "")
                for e in container.get("env", [])}
         args = self.local_args(container["args"], mounts, kubeconfig, self.ports[which])
-        self.mounts = getattr(self, "mounts", {}) | {which: mounts}
+        self.mounts[which] = mounts
         comp = self._component(which, args, env, argv0=[sys.executable, "-m", "server.cli"])
         self.wait_ready(which)
         return comp
@@ -491,8 +506,3 @@ def node(name: str, *, numa: int, cores_per_numa: int, smt: bool = True, amx: bo
         },
     }
 
-
-def iter_events(cluster: Cluster, namespace: str, involved: str) -> Iterator[dict[str, Any]]:
-    for ev in cluster.api.get(f"/api/v1/namespaces/{namespace}/events")["items"]:
-        if ev["involvedObject"].get("name") == involved:
-            yield ev

@@ -96,9 +96,12 @@ def test_report_and_render_read_the_real_apiserver(cluster: Cluster) -> None:
     kubeconfig = str(cluster.admin_kubeconfig)
     report = model_placement("report", "--kubeconfig", kubeconfig, "-o", "json")
     assert report.returncode == 0, report.stderr
-    nodes = {n["node"]: n for n in json.loads(report.stdout)["nodes"]} if isinstance(
-        json.loads(report.stdout), dict) else {n["node"]: n for n in json.loads(report.stdout)}
-    assert len(nodes) == 1000
+    ledgers = {n["node"]: n for n in json.loads(report.stdout)}
+    assert len(ledgers) == 1000
+    # It reads the same bindings the apiserver holds: each llama3-8b pod on its node, 16 cores on one NUMA node.
+    for pod in cluster.pods(MODEL_NS, "app=isvc.llama3-8b-predictor"):
+        held = held_numa(ledgers[pod["spec"]["nodeName"]])
+        assert [cores for _, cores in held[f"{MODEL_NS}/{pod['metadata']['name']}"]] == [16], held
     table = model_placement("report", "--kubeconfig", kubeconfig)
     assert table.returncode == 0, table.stderr
     for pod in cluster.pods(MODEL_NS, "app=isvc.llama3-8b-predictor"):

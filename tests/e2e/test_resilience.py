@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.e2e.cluster import Cluster, wait_until
@@ -36,9 +38,26 @@ def assert_no_core_held_twice(cluster: Cluster) -> None:
     assert {p: n for p, n in on_node.items() if n in OPEN_NODES} == {p: n for p, n in held.items() if p in on_node}
 
 
-def test_extender_and_apiserver_restarts_never_give_two_pods_the_same_cores(cluster: Cluster) -> None:
+@pytest.fixture
+def deployments(cluster: Cluster) -> Iterator[list[str]]:
+    """Names of model Deployments a test creates; deleted after it, passed or not, so the next finds room, and
+    whatever it stopped running again."""
+    names: list[str] = []
+    yield names
+    for which in ("webhook", "extender", "kube-scheduler"):
+        if not cluster.components[which].alive():
+            cluster.components[which].start()
+            if which != "kube-scheduler":
+                cluster.wait_ready(which)
+    for name in names:
+        cluster.delete_deployment(MODEL_NS, name, f"app={name}")
+
+
+def test_extender_and_apiserver_restarts_never_give_two_pods_the_same_cores(cluster: Cluster,
+                                                                           deployments: list[str]) -> None:
     extender = cluster.components["extender"]
     extender.stop()
+    deployments.append("mistral-7b")
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(model_deployment("mistral-7b", MODEL_NS, 2)))
     # The scheduler cannot reach the extender (ignorable: false): the pods wait, unbound.
     wait_until("2 mistral-7b pods created", lambda: len(cluster.pods(MODEL_NS, "app=mistral-7b")) == 2, timeout=60)
@@ -65,13 +84,13 @@ def test_extender_and_apiserver_restarts_never_give_two_pods_the_same_cores(clus
                lambda: bound(cluster, "app=mistral-7b", 3), timeout=120)
     print(cluster.kubectl("-n", MODEL_NS, "get", "pods", "-o", "wide").stdout)
     assert_no_core_held_twice(cluster)
-    cluster.delete_deployment(MODEL_NS, "mistral-7b", "app=mistral-7b")
 
 
-def test_mutating_webhook_down_then_back(cluster: Cluster) -> None:
+def test_mutating_webhook_down_then_back(cluster: Cluster, deployments: list[str]) -> None:
     webhook = cluster.components["webhook"]
     webhook.stop()
     down_at = time.monotonic()
+    deployments.append("phi-3")
     applied = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(model_deployment("phi-3", MODEL_NS, 1)))
     print("kubectl apply while the webhook is down:", applied.stdout.strip(), applied.stderr.strip())
 
@@ -98,4 +117,3 @@ def test_mutating_webhook_down_then_back(cluster: Cluster) -> None:
     print(f"webhook down {back_at - down_at:.1f}s; the ReplicaSet's pod appeared {appeared:.1f}s after it was ready")
     assert pods[0]["metadata"]["annotations"].get(BALLOON) == "vllm-balloon-tp1"  # mutated, not let through bare
     wait_until("phi-3 bound", lambda: bound(cluster, "app=phi-3", 1), timeout=60)
-    cluster.delete_deployment(MODEL_NS, "phi-3", "app=phi-3")
