@@ -14,12 +14,14 @@ from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.policycheck import (
     COMPONENT_MISSING, MIN_BALLOONS_DO_NOT_FIT, NUMA_DEVICE_MISSING, PLUGIN_REFUSES, RESERVED_NOT_ON_NODE,
-    SPAN_BELOW_TP, SPAN_EXCEEDS_NUMA, IGNORED_SETTING, PolicyCheck, check_policy,
+    RESERVES_HELD_CORES, SPAN_BELOW_TP, SPAN_EXCEEDS_NUMA, IGNORED_SETTING, PolicyCheck, check_policy,
 )
+from placement.balloons import model_balloon_types
 from placement.topology import linux_layout
 from tests.oracle.peer import BALLOON_KEY, BalloonsPeer, Container, Pod, PolicyRefused, policy_object
 from tests.oracle.sysfs import NodeShape
 from tests.test_policy_admission import composite, numa_type
+from tests.test_webhook_validate import running
 
 # 2 NUMA nodes × 4 cores × 2 threads: NUMA node 0 is CPUs 0-3,8-11, NUMA node 1 is 4-7,12-15.
 SHAPE = NodeShape(packages=2, numa_per_package=1, cores_per_numa=4, threads_per_core=2)
@@ -37,8 +39,8 @@ def node_object() -> dict[str, Any]:
             "spec": {}, "status": {"capacity": {"cpu": cpus}}}
 
 
-def ours(spec: Spec) -> PolicyCheck:
-    cluster = ClusterState.from_objects([node_object()], Settings())
+def ours(spec: Spec, *objects: dict[str, Any]) -> PolicyCheck:
+    cluster = ClusterState.from_objects([node_object(), *objects], Settings())
     return check_policy(policy_object(spec), cluster)
 
 
@@ -160,3 +162,26 @@ def test_the_policy_we_generate_passes_both() -> None:
     assert (verdict.refusals, verdict.warnings, verdict.nodes) == ((), (), ("node-1",))
     with BalloonsPeer(SHAPE, generated) as node:
         assert node.create(model_pod("m2", "vllm-balloon-tp2"), Container("vllm", cpu="4", cpu_limit="4")).ok
+
+
+def test_an_update_reserving_cores_a_running_model_holds_moves_it() -> None:
+    types = [{"name": "reserved", "namespaces": ["*"], "minCPUs": 2},
+             *model_balloon_types(linux_layout([SHAPE.cores_per_numa] * SHAPE.numa_nodes, 2, "labels"),
+                                  "vllm-balloon-tp")]
+    before = {**policy(*types), "preferSpreadOnPhysicalCores": False}
+    after = {**before, "reservedResources": {"cpu": "cpuset:0-1,8-9"},
+             "balloonTypes": [{**types[0], "minCPUs": 4}, *types[1:]]}
+    # The model holds 3 cores of NUMA node 0; the update leaves NUMA node 0 two model cores.
+    model = running("m1", "node-1", "m1", 3)
+    model["metadata"]["namespace"] = "models"
+    warned = [w.message for w in ours(after, policy_object(before), model).warnings if w.check == RESERVES_HELD_CORES]
+    assert warned == ["on node node-1 the new reserved CPUs 0-1,8-9 of NUMA node 0 leave 2 model cores where running "
+                      "models hold 3 (models/m1): the plugin re-places them when the policy changes"]
+    with BalloonsPeer(SHAPE, before) as node:
+        first = node.create(model_pod("m1", "vllm-balloon-tp1"), Container("vllm", cpu="6", cpu_limit="6",
+                                                                            memory_limit=1 << 30))
+        assert first.ok and {SHAPE.numa_of(cpu) for cpu in first.cpus} == {0}, first
+        assert node.reconfigure(after) is None
+        moved = node.containers()["models/m1/vllm"].cpus
+    # The running model is moved off its cores, here to the other NUMA node (its memory stays behind).
+    assert not moved & first.cpus and {SHAPE.numa_of(cpu) for cpu in moved} == {1}
