@@ -106,6 +106,9 @@ type runtime struct {
 	nextID    int
 	log       *logWatch
 	config    string // the policy file the agent watches
+
+	unsolicitedLock sync.Mutex
+	unsolicited     []*nri.ContainerUpdate // updates the plugin sent on its own, applied before the next request
 }
 
 func (r *runtime) id(prefix string) string {
@@ -357,6 +360,10 @@ func (r *runtime) handle(req request) answer {
 	defer cancel()
 	r.Lock()
 	defer r.Unlock()
+	r.unsolicitedLock.Lock()
+	r.apply(r.unsolicited)
+	r.unsolicited = nil
+	r.unsolicitedLock.Unlock()
 	switch req.Op {
 	case "create":
 		return r.create(ctx, req.Pod, req.Container)
@@ -548,7 +555,10 @@ func main() {
 		return nil
 	}
 	updateFn := func(_ context.Context, updates []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) {
-		rt.apply(updates) // unsolicited: the runtime's lock is held by the request that caused it, or none is running
+		// Queued, not applied: a request may hold the runtime's state while it waits for the plugin.
+		rt.unsolicitedLock.Lock()
+		rt.unsolicited = append(rt.unsolicited, updates...)
+		rt.unsolicitedLock.Unlock()
 		return nil, nil
 	}
 	nri.SetPluginRequestTimeout(60 * time.Second)
