@@ -182,6 +182,7 @@ def test_an_update_reserving_cores_a_running_model_holds_moves_it() -> None:
                                                                             memory_limit=1 << 30))
         assert first.ok and {SHAPE.numa_of(cpu) for cpu in first.cpus} == {0}, first
         assert node.reconfigure(after) is None
-        moved = node.containers()["models/m1/vllm"].cpus
-    # The running model is moved off its cores, here to the other NUMA node (its memory stays behind).
-    assert not moved & first.cpus and {SHAPE.numa_of(cpu) for cpu in moved} == {1}
+        moved = node.containers()["models/m1/vllm"]
+    # The running model is re-pinned off its cores, here to the other NUMA node, its memory node with it.
+    assert not moved.cpus & first.cpus and {SHAPE.numa_of(cpu) for cpu in moved.cpus} == {1}
+    assert (first.mems, moved.mems) == ({0}, {1})
