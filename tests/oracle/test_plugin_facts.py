@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.oracle.peer import BALLOON_KEY, Balloon, BalloonsPeer, Container, Pod, PolicyRefused
+from tests.oracle.peer import BALLOON_KEY, Balloon, BalloonsPeer, Container, PeerError, Pod, PolicyRefused
 from tests.oracle.sysfs import NodeShape
 
 TWO_SOCKETS = NodeShape(packages=2, numa_per_package=1, cores_per_numa=16, threads_per_core=2)
@@ -252,3 +252,14 @@ def test_a_refused_update_keeps_the_previous_configuration() -> None:
     assert refused is not None and "MinCpus" in refused
     assert after == before and still.ok  # the running balloons and the old types are untouched
     assert applied is None and new_type.ok, new_type.error
+
+
+def test_the_peer_answers_a_bad_request_with_one_sentence() -> None:
+    with BalloonsPeer(TWO_SOCKETS, policy()) as node:
+        with pytest.raises(PeerError, match=r"^remove_pod: no pod models/ghost$"):
+            node.remove_pod(Pod("ghost", "models"))
+        odd = node.create(Pod("p", "models", qos="Platinum"), Container("c"))
+        assert node.request("resize") == {"error": 'unknown op "resize" (create, remove, remove_pod, containers, '
+                                                   'balloons, reconfigure)'}
+        assert node.create(Pod("p", "models", qos="BestEffort"), Container("c")).ok  # and it goes on serving
+    assert odd.error == "pod models/p: qos must be Guaranteed, Burstable or BestEffort, not \"Platinum\""
