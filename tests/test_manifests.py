@@ -392,6 +392,25 @@ def check_balloons_policy(doc: dict[str, Any]) -> list[str]:
     return errors
 
 
+POLICY_WEBHOOK = "balloonspolicies.validate.model-placement.io"
+
+
+def check_policy_webhook(wh: dict[str, Any]) -> list[str]:
+    """The BalloonsPolicy webhook: the plugin's own CRD, where the plugin reads it (no namespaceSelector: the
+    plugin's namespace is an install choice), fail open, only when the spec changes."""
+    errors = []
+    if wh.get("rules") != [{"apiGroups": ["config.nri"], "apiVersions": ["v1alpha1"], "resources": ["balloonspolicies"],
+                            "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}]:
+        errors.append(f"{POLICY_WEBHOOK}: rules must be config.nri/v1alpha1 balloonspolicies CREATE, UPDATE")
+    if wh.get("failurePolicy") != "Ignore":
+        errors.append(f"{POLICY_WEBHOOK}: failurePolicy must be Ignore (advisory: the plugin judges it again)")
+    if "namespaceSelector" in wh:
+        errors.append(f"{POLICY_WEBHOOK}: no namespaceSelector")
+    if "object.spec != oldObject.spec" not in " ".join(c.get("expression", "") for c in wh.get("matchConditions", [])):
+        errors.append(f"{POLICY_WEBHOOK}: matchConditions must skip updates that leave the spec alone")
+    return errors
+
+
 def check_webhook_configuration(doc: dict[str, Any]) -> list[str]:
     errors: list[str] = []
     mutating = doc["kind"] == "MutatingWebhookConfiguration"
@@ -416,6 +435,9 @@ def check_webhook_configuration(doc: dict[str, Any]) -> list[str]:
         expected_path = "/mutate" if mutating else "/validate"
         if path != expected_path:
             errors.append(f"{name}: path must be {expected_path}")
+        if name == POLICY_WEBHOOK:
+            errors += check_policy_webhook(wh)
+            continue
         served = SERVED.get(path or "", {})
         for rule in wh.get("rules", []):
             if rule.get("apiVersions") != ["v1"]:
@@ -654,7 +676,7 @@ def test_webhook_configurations() -> None:
     # Pods are mutated on CREATE; pods, deployments and statefulsets are validated.
     assert {r for w in mutating["webhooks"] for r in w["rules"][0]["resources"]} == {"pods"}
     assert {r for w in validating["webhooks"] for rule in w["rules"] for r in rule["resources"]} == {
-        "pods", "deployments", "statefulsets",
+        "pods", "deployments", "statefulsets", "balloonspolicies",
     }
     # The failure policies documented in docs/install.md.
     webhooks = mutating["webhooks"] + validating["webhooks"]
@@ -663,6 +685,7 @@ def test_webhook_configurations() -> None:
         "pods.mutate.model-placement.io": ("Ignore", 5),
         "pods.validate.model-placement.io": ("Fail", 5),
         "workloads.validate.model-placement.io": ("Ignore", 3),
+        POLICY_WEBHOOK: ("Ignore", 5),
     }
     # caBundle is never committed: kustomize or cert-manager fills it.
     for w in mutating["webhooks"] + validating["webhooks"]:
@@ -676,6 +699,8 @@ def test_namespace_selector_can_never_match_protected_namespaces() -> None:
         + one("ValidatingWebhookConfiguration", "model-placement", items)["webhooks"]
     )
     for wh in webhooks:
+        if wh["name"] == POLICY_WEBHOOK:  # BalloonsPolicies live where the plugin reads them, kube-system
+            continue
         sel = wh["namespaceSelector"]
         for ns in PROTECTED_NAMESPACES:
             # Even if someone labels them.
