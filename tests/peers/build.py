@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 PEERS = Path(__file__).resolve().parent
+# A module's optional `ldflags` file: one line for `go build -ldflags`, e.g. the version a release build stamps.
+LDFLAGS = "ldflags"
 
 
 class BuildError(RuntimeError):
@@ -39,7 +41,7 @@ def _go() -> str:
 def _key(module: Path, go: str) -> str:
     digest = hashlib.sha256(subprocess.run([go, "version"], capture_output=True, text=True, check=True).stdout.encode())
     for path in sorted(module.rglob("*")):
-        if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
+        if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum", LDFLAGS)):
             digest.update(str(path.relative_to(module)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
@@ -60,7 +62,9 @@ def build(name: str, package: str = ".", timeout: float = 1800) -> Path:
         print(f"building peer {name} into {target} (first use on this machine)", file=sys.stderr, flush=True)
         env = {**os.environ, "CGO_ENABLED": os.environ.get("CGO_ENABLED", "0"), "GOFLAGS": "-mod=readonly -buildvcs=false"}
         partial = binary.with_suffix(".partial")
-        done = subprocess.run([go, "build", "-trimpath", "-o", str(partial), package], cwd=module, env=env,
+        ldflags = module / LDFLAGS
+        extra = [f"-ldflags={ldflags.read_text().strip()}"] if ldflags.exists() else []
+        done = subprocess.run([go, "build", "-trimpath", *extra, "-o", str(partial), package], cwd=module, env=env,
                               capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             log = target / "build.log"

@@ -69,6 +69,7 @@ func runEtcd() int {
 	client := flags.String("listen-client-urls", "http://127.0.0.1:2379", "client URL")
 	peer := flags.String("listen-peer-urls", "http://127.0.0.1:2380", "peer URL")
 	noFsync := flags.Bool("unsafe-no-fsync", false, "skip fsync (test data only)")
+	logLevel := flags.String("log-level", "info", "debug, info, warn or error")
 	if err := flags.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
@@ -85,6 +86,7 @@ func runEtcd() int {
 	cfg := embed.NewConfig()
 	cfg.Dir = *dataDir
 	cfg.UnsafeNoFsync = *noFsync
+	cfg.LogLevel = *logLevel
 	cfg.ListenClientUrls = []url.URL{*clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{*clientURL}
 	cfg.ListenPeerUrls = []url.URL{*peerURL}
