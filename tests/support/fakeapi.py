@@ -815,13 +815,21 @@ def balloons_policy_obj(
     balloon_types: Iterable[str] = ("vllm-balloon-tp1", "vllm-balloon-tp2"),
     nodes_status: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """The policy `balloons-policy` generates for `node_obj`'s 2-NUMA shape (32 cores x 2 threads each), with the
+    given reserved cpuset and only the named model types (and the per-NUMA types they are made of)."""
+    from placement.balloons import model_balloon_types
+    from placement.topology import CPUSet, linux_layout
+
+    wanted = set(balloon_types)
+    types = model_balloon_types(linux_layout([32, 32], 2, "labels"), "vllm-balloon-tp")
+    used = {c["balloonType"] for t in types if t["name"] in wanted for c in t.get("components", ())}
+    size = len(CPUSet.parse(reserved.removeprefix("cpuset:"))) if reserved.startswith("cpuset:") else 0
     obj: dict[str, Any] = {
         "apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"reservedResources": {"cpu": reserved}, "pinCPU": True, "pinMemory": True,
-                 "allocatorTopologyBalancing": True,
-                 "balloonTypes": [{"name": "reserved", "namespaces": ["kube-system"]}] + [
-                     {"name": t, "hideHyperthreads": True, "preferNewBalloons": True} for t in balloon_types]},
+                 "balloonTypes": [{"name": "reserved", "namespaces": ["*"], **({"minCPUs": size} if size else {})}]
+                 + [t for t in types if t["name"] in wanted | used]},
     }
     if nodes_status:
         obj["status"] = {"nodes": {n: {"status": s, "generation": 1} for n, s in nodes_status.items()}}
