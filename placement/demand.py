@@ -28,6 +28,7 @@ ANN_CONTAINER = "model-manager.io/container"
 # Outputs the webhook writes.
 OUT_TYPE = "cpu-policy.model-manager.io/type"
 OUT_REASON = "cpu-policy.model-manager.io/reason"
+OUT_MESSAGE = "cpu-policy.model-manager.io/message"  # the sentence behind `reason`
 OUT_TP = "cpu-policy.model-manager.io/tensor-parallel-size"
 OUT_NUMA = "cpu-policy.model-manager.io/numa-nodes"
 OUT_CPUS = "cpu-policy.model-manager.io/cpus"

@@ -17,10 +17,10 @@ import orjson
 from placement.cluster import ClusterState
 from placement.fit import nominal_cpus
 from placement.demand import (
-    OUT_CPUS, OUT_NUMA, OUT_REASON, OUT_REQUESTED, OUT_TP, OUT_TYPE, ModelDemand, balloon_annotation, is_model_pod,
+    OUT_CPUS, OUT_MESSAGE, OUT_NUMA, OUT_REASON, OUT_REQUESTED, OUT_TP, OUT_TYPE, ModelDemand, balloon_annotation, is_model_pod,
     read_model_pod, round_up,
 )
-from placement.preflight import Resolution, resolve_policy
+from placement.preflight import NRI_FALLBACK, Resolution, fallback_text, resolve_policy
 from placement.quantity import QuantityError, cpu_milli, format_cpu
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -104,8 +104,13 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
     annotations[OUT_TYPE] = resolution.policy
     if resolution.reason:
         annotations[OUT_REASON] = resolution.reason
+        # Admission warnings reach only the client that created the pod, for a ReplicaSet's pods the controller
+        # manager: the sentence is kept where an operator looks, `kubectl describe pod`.
+        annotations[OUT_MESSAGE] = fallback_text(demand) if resolution.reason == NRI_FALLBACK else (
+            "runs best-effort without exclusive cores: nri_enabled is false in the model-placement configuration.")
     else:
         annotations.pop(OUT_REASON, None)
+        annotations.pop(OUT_MESSAGE, None)
     annotations[OUT_TP] = str(demand.tp)
     annotations[OUT_NUMA] = str(demand.numa_nodes)
 

@@ -55,6 +55,11 @@ def resolve_policy(demand: ModelDemand, eligible: Iterable[NodeLedger], nri_enab
     return Resolution("best-effort", NRI_FALLBACK)
 
 
+def fallback_text(demand: ModelDemand) -> str:
+    return (f"runs best-effort without exclusive cores: no eligible node has a running NRI balloons plugin with "
+            f"balloon type {demand.balloon_type}.")
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     allowed: bool
@@ -150,8 +155,7 @@ def preflight(
                            "model-manager.io/nri-balloon annotation to use "
                            f"{cluster.settings.nri_balloon_prefix}{demand.tp}.")
         if resolution.reason == NRI_FALLBACK:
-            notes = (f"{demand.pod} runs best-effort without exclusive cores: no eligible node has a running NRI "
-                     f"balloons plugin with balloon type {demand.balloon_type}.",)
+            notes = (f"{demand.pod} {fallback_text(demand)}",)
     resolved = replace(demand, resolved_policy=resolution.policy)
 
     fits = [cluster.fit_admission(resolved, ledger) for ledger in eligible]

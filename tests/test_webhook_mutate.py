@@ -467,7 +467,8 @@ def test_our_patch_applier_reads_rfc_6902_as_jsonpatch_does(doc: Any, ops: list[
     the original."""
     before = copy.deepcopy(doc)
     try:
-        expected: Any = jsonpatch.apply_patch(copy.deepcopy(doc), ops)
+        # jsonpatch inserts into the very lists an operation carries as its value: give it copies.
+        expected: Any = jsonpatch.apply_patch(copy.deepcopy(doc), copy.deepcopy(ops))
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError, IndexError):
         expected = PatchError
     try:
@@ -958,3 +959,17 @@ def test_property_patch_applies_and_mutating_twice_equals_once(
                     assert (res.get("requests") or {}).get(name) == (res.get("limits") or {}).get(name)
     second = background.mutate(pod_review(once, "p-2", namespace))
     assert second.ops == [] and second.pod == once
+
+
+async def test_a_controller_created_pod_that_falls_back_says_why_on_itself(
+        make_webhook: MakeWebhook, demo_objects: list[Obj]) -> None:
+    # Admission warnings go to the client that created the pod: for a ReplicaSet's pod, kube-controller-manager.
+    # What the operator must know is kept on the pod, for `kubectl describe pod`.
+    wh = await make_webhook(objects_without(demo_objects, "BalloonsPolicy"))
+    answer = await wh.mutate(review("ar-pod-kserve-rs.json"))
+    annotations = answer.pod["metadata"]["annotations"]
+    assert annotations[TYPE] == "best-effort" and annotations[REASON] == "nri-resolution-failed"
+    assert annotations["cpu-policy.model-manager.io/message"] == (
+        "runs best-effort without exclusive cores: no eligible node has a running NRI balloons plugin with balloon "
+        "type vllm-balloon-tp1.")
+    await assert_reinvocation_is_empty(wh, answer.pod)
