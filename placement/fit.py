@@ -165,7 +165,9 @@ def _nri_refusal(demand: ModelDemand, ledger: NodeLedger, node: str) -> Fit:
         return _refuse(node, BALLOON_TYPE_MISSING,
                        f"no BalloonsPolicy applies to this node, so balloon type {demand.balloon_type} cannot be "
                        "created here", False)
-    where = f"BalloonsPolicy {policy.namespace}/{policy.name}"
+    # A node's own policy is named after it: say so without the name, so the reason stays one per class.
+    where = "the node's own BalloonsPolicy" if policy.name == f"node.{ledger.name}" else \
+        f"BalloonsPolicy {policy.namespace}/{policy.name}"
     if not ledger.nri.running:
         return _refuse(node, NRI_NOT_RUNNING,
                        f"the NRI balloons plugin reports {ledger.nri.status} for {where} on this node, so it is "
@@ -207,7 +209,7 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     tpc = ledger.threads_per_core
     empty = nri.plan_empty(policy, btype, demand.cpu_milli, ledger.capacity, tpc)
     if isinstance(empty, nri.Refusal):
-        if empty.check == INSUFFICIENT_FREE:
+        if empty.check in (INSUFFICIENT_FREE, BALLOON_NOT_NUMA_LOCAL):
             return _refuse(node, FOOTPRINT_EXCEEDS_NODE,
                            f"{empty.reason}, more than this node has even when empty "
                            f"(at most {ledger.capacity_desc[0]} model cores on a NUMA node)", False)

@@ -285,3 +285,14 @@ def test_a_models_own_pods_count_as_free_for_admission_only(demo: ClusterState) 
     again = replace(demand(22, model="qwen-14b"), identity=ModelIdentity("llm", "serving.kserve.io/inferenceservice", "qwen-14b"))
     assert not demo.fit(again, led).ok  # the scheduler: the cores are held now
     assert demo.fit_admission(again, led).ok  # admission: rolling the same model is not refused
+
+
+def test_refusals_no_eviction_changes_say_so_and_name_no_node() -> None:
+    # A plain type too big for any NUMA node would be spread by the plugin: that is a never, not a not-now.
+    huge = fitmod.fit(demand(40), ledger([16, 16], policy=plain()), 2, "MostAllocated")
+    assert (huge.check, huge.resolvable) == (fitmod.FOOTPRINT_EXCEEDS_NODE, False) and "even when empty" in huge.reason
+    # A node's own policy (node.<name>) is named without the node's name.
+    own = ledger([16, 16])
+    own.nri = NodeNRI(replace(own.nri.policy, name="node.n1"), "Success")
+    missing = fitmod.fit(replace(demand(4), balloon_type="custom"), own, 2, "MostAllocated")
+    assert "the node's own BalloonsPolicy" in missing.reason and "n1" not in missing.reason
