@@ -867,10 +867,18 @@ def test_balloons_policy_example() -> None:
     (doc,) = load_all(EXAMPLES / "balloonspolicy.yaml")
     assert check_balloons_policy(doc) == []
     assert (doc["metadata"]["name"], doc["metadata"]["namespace"]) == ("default", "kube-system")
+    # It is what `balloons-policy` writes for the shape it names (a 2-socket node of 2 x 32 cores x 2 threads).
+    from placement.balloons import node_balloons_policy
+    from placement.config import Settings
+    from placement.topology import linux_layout
+
+    generated = node_balloons_policy("x", linux_layout([32, 32], 2, "labels"), Settings(), "kube-system")
+    assert doc["spec"] == generated["spec"]
     types = {b["name"]: b for b in doc["spec"]["balloonTypes"]}
-    assert BALLOON_TYPES_SERVED <= set(types)
-    for name in BALLOON_TYPES_SERVED:
-        assert types[name]["hideHyperthreads"] is True
+    two_numa = {t for t in BALLOON_TYPES_SERVED if int(t.rsplit("tp", 1)[1]) <= 2}
+    assert two_numa <= set(types)
+    for name in two_numa:
+        assert types[name]["hideHyperthreads"] is True and types[name]["preferNewBalloons"] is True
     prefix = settings_config().get("nri_balloon_prefix", "vllm-balloon-tp")
     assert all(t.startswith(prefix) for t in BALLOON_TYPES_SERVED)
 

@@ -125,7 +125,8 @@ class FakeApiServer:
         self.rv = 1
         self.compacted_rv = 0
         self.record = record
-        self.requests: deque[tuple[str, str, dict[str, str]]] = deque(maxlen=10_000)
+        # Bounded, but above what a 10,000-request load test makes the servers send (binds, evictions, PDB reads).
+        self.requests: deque[tuple[str, str, dict[str, str]]] = deque(maxlen=200_000)
         self.authorization: deque[str | None] = deque(maxlen=10_000)  # the Authorization header of each request
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
