@@ -433,6 +433,11 @@ class ClusterState:
         profile = self.settings.nri_deployment_profile
         return profile_reserved(topo, profile), f"profile {profile}"
 
+    def node_policies(self) -> list[BalloonsPolicy]:
+        """The BalloonsPolicies the plugin reads: those in its own namespace."""
+        namespace = self.settings.nri_config_namespace
+        return [p for (ns, _), p in self.policies.items() if ns == namespace]
+
     def _note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
@@ -443,7 +448,7 @@ class ClusterState:
         topo, note = self._topology(node)
         if topo.source == "single-numa":
             self._note(note)
-        policy = policy_for_node(self.policies.values(), name, node.labels)
+        policy = policy_for_node(self.node_policies(), name, node.labels)
         reserved, source = self._reserved(node, topo, policy)
         nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
         ledger = NodeLedger(name, topo, reserved, source, node.labels, nri,

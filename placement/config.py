@@ -49,6 +49,9 @@ class Settings(BaseModel):
     # On a hide-hyperthreads balloon type: "cores", the model container's cpu: N means N physical cores for N
     # threads (the request becomes N x SMT width); "cpus", the request stays, rounded up to whole cores.
     nri_cpu_request: CpuRequest = "cores"
+    # The namespace the NRI balloons plugin reads its BalloonsPolicies from (its --config-namespace); policies
+    # elsewhere configure nothing on the nodes, so the ledger ignores them.
+    nri_config_namespace: str = Field(default="kube-system", min_length=1)
     mm_kubelet_threads_per_core: int = Field(default=2, ge=1, le=8)
     require_amx: bool = True
     amx_node_label: str = "feature.node.kubernetes.io/cpu-security.amx.enabled"

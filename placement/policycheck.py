@@ -81,7 +81,10 @@ def check_policy(obj: Mapping[str, Any], cluster: ClusterState) -> PolicyCheck:
     warnings.extend(_narrow_types(policy, model_types, cluster.settings.nri_balloon_prefix))
     names = _applies_to(policy, cluster)
     if not names:
-        warnings.append(Finding(APPLIES_TO_NO_NODE, f"it applies to no node now: {_why_no_node(policy.name)}"))
+        why = _why_no_node(policy.name) if policy.namespace == cluster.settings.nri_config_namespace else (
+            f"the NRI balloons plugin reads BalloonsPolicies from namespace {cluster.settings.nri_config_namespace} "
+            f"(setting nri_config_namespace), not {policy.namespace}")
+        warnings.append(Finding(APPLIES_TO_NO_NODE, f"it applies to no node now: {why}"))
         return PolicyCheck(tuple(refusals), tuple(warnings), ())
     ledgers = [ledger for ledger in map(cluster.ledger, names) if ledger is not None and len(ledger.topology.cpus)]
     node_refusals, node_warnings = _node_findings(policy, ledgers, model_types)
@@ -239,8 +242,11 @@ def _ignored_settings(raw_types: Sequence[Mapping[str, Any]]) -> Iterator[Findin
 # -- where it applies, and what it would do there -----------------------------------------------------------
 
 def _applies_to(policy: BalloonsPolicy, cluster: ClusterState) -> list[str]:
-    # The policy stored under the same namespace and name is the one this replaces.
-    others = [p for key, p in cluster.policies.items() if key != (policy.namespace, policy.name)]
+    # The policy stored under the same namespace and name is the one this replaces; the plugin reads only its own
+    # namespace, so a policy elsewhere applies to no node.
+    if policy.namespace != cluster.settings.nri_config_namespace:
+        return []
+    others = [p for p in cluster.node_policies() if p.name != policy.name]
     candidates = [*others, policy]
     return [name for name in sorted(cluster.nodes)
             if policy_for_node(candidates, name, cluster.nodes[name].labels) is policy]

@@ -296,3 +296,14 @@ def test_refusals_no_eviction_changes_say_so_and_name_no_node() -> None:
     own.nri = NodeNRI(replace(own.nri.policy, name="node.n1"), "Success")
     missing = fitmod.fit(replace(demand(4), balloon_type="custom"), own, 2, "MostAllocated")
     assert "the node's own BalloonsPolicy" in missing.reason and "n1" not in missing.reason
+
+
+def test_a_policy_outside_the_plugins_namespace_configures_nothing(demo_objects) -> None:
+    moved = copy.deepcopy([o for o in demo_objects if o["kind"] != "BalloonsPolicy" or
+                           o["metadata"]["name"] != "node.cpu-a1"])
+    stray = copy.deepcopy(next(o for o in demo_objects if o.get("metadata", {}).get("name") == "node.cpu-a1"))
+    stray["metadata"]["namespace"] = "default"
+    state = ClusterState.from_objects([*moved, stray], Settings())
+    assert state.ledger("cpu-a1").nri.policy is None  # the plugin on cpu-a1 reads only kube-system
+    elsewhere = ClusterState.from_objects([*moved, stray], Settings(nri_config_namespace="default"))
+    assert elsewhere.ledger("cpu-a1").nri.policy is not None
