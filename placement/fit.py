@@ -33,6 +33,7 @@ MEMORY_EXCEEDS_NUMA = "memory-exceeds-numa"
 INSUFFICIENT_FREE_MEMORY = "insufficient-free-memory"
 INSUFFICIENT_FREE = nri.INSUFFICIENT_FREE
 NO_CPU = "no-cpu-request"
+REQUEST_OVER_SHARES = "request-over-cpu-shares"
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +207,11 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     policy: BalloonsPolicy = ledger.nri.policy  # type: ignore[assignment]
     if demand.cpu_milli == 0:
         return _refuse(node, NO_CPU, "the model container requests no CPU", False)
+    if demand.cpu_milli > nri.MAX_REQUEST_MILLI:
+        return _refuse(node, REQUEST_OVER_SHARES,
+                       f"the model container requests {demand.cpus} CPUs, and the balloons plugin reads a request "
+                       f"from its cpu.shares, which stop at {nri.MAX_REQUEST_MILLI // 1000} CPUs: the balloon would "
+                       "be smaller than asked; split the model into more pods or request less", False)
     tpc = ledger.threads_per_core
     empty = nri.plan_empty(policy, btype, demand.cpu_milli, ledger.capacity, tpc)
     if isinstance(empty, nri.Refusal):

@@ -27,6 +27,10 @@ from typing import NamedTuple
 
 from placement.topology import COMPONENT_BALANCE, BalloonsPolicy, BalloonType
 
+# The plugin reads a container's CPU request back from its cpu.shares (pkg/resmgr/cache), and the kubelet's
+# MilliCPUToShares stops at 262,144 shares: 256 CPUs. The oracle showed a 288-CPU request given a 256-CPU balloon.
+MAX_REQUEST_MILLI = 262_144 * 1000 // 1024
+
 # Check ids (shared with fit.py's).
 INSUFFICIENT_FREE = "insufficient-free"
 BALLOON_TYPE_CAPPED = "balloon-type-max-cpus"

@@ -307,3 +307,11 @@ def test_a_policy_outside_the_plugins_namespace_configures_nothing(demo_objects)
     assert state.ledger("cpu-a1").nri.policy is None  # the plugin on cpu-a1 reads only kube-system
     elsewhere = ClusterState.from_objects([*moved, stray], Settings(nri_config_namespace="default"))
     assert elsewhere.ledger("cpu-a1").nri.policy is not None
+
+
+def test_a_request_past_what_cpu_shares_carry_is_refused() -> None:
+    # The real plugin gave a 288-CPU TP=8 request a 256-CPU balloon (tests/oracle/test_differential, 8 NUMA nodes).
+    led = ledger([40] * 8)
+    assert fitmod.fit(demand(256, tp=8), led, 2, "MostAllocated").ok
+    over = fitmod.fit(demand(288, tp=8), led, 2, "MostAllocated")
+    assert (over.check, over.resolvable) == (fitmod.REQUEST_OVER_SHARES, False) and "256 CPUs" in over.reason
