@@ -85,9 +85,15 @@ def _balloon_type(demand: ModelDemand, ledger: NodeLedger) -> BalloonType | None
 
 
 def _plan_footprint(demand: ModelDemand, plan: nri.Plan) -> Footprint:
-    cores = sum(c for _, c in plan.per_numa)
-    per = max((c for _, c in plan.per_numa), default=0)
-    return Footprint("nri-balloons", len(plan.per_numa), per, cores, plan.cpus, demand.balloon_type, True)
+    return _balloon_footprint(demand.balloon_type, plan.per_numa, plan.cpus)
+
+
+@lru_cache(maxsize=4096)
+def _balloon_footprint(balloon_type: str, per_numa: tuple[tuple[int, int], ...], cpus: int) -> Footprint:
+    # Memoised: a fit builds two (the empty node's and this node's), and a frozen dataclass costs microseconds.
+    cores = sum(c for _, c in per_numa)
+    per = max((c for _, c in per_numa), default=0)
+    return Footprint("nri-balloons", len(per_numa), per, cores, cpus, balloon_type, True)
 
 
 @lru_cache(maxsize=4096)

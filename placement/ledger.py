@@ -105,6 +105,7 @@ class NodeLedger:
     _mem_held: list[int] = field(init=False)
     _shared_memory: dict[str, int] = field(init=False, default_factory=dict)
     _shared_memory_total: int = field(init=False, default=0)
+    _free_memory: tuple[int, ...] | None = field(init=False, default=None)
     stamp: int = field(init=False, default_factory=lambda: next(_stamps))  # changes with every change
     _by_identity: dict[ModelIdentity, dict[str, Holding]] = field(init=False, default_factory=dict)
 
@@ -159,13 +160,18 @@ class NodeLedger:
         over all NUMA nodes (their balloons' memory is the reserved CPUs' NUMA nodes, every one here); () unknown."""
         if not self.numa_memory:
             return ()
+        if exclude is None and self._free_memory is not None:
+            return self._free_memory
         held = list(self._mem_held)
         if exclude is not None:
             for h in self._by_identity.get(exclude, {}).values():
                 for numa, _ in h.per_numa:
                     held[numa] -= h.memory
         spread = self._shared_memory_total // len(self.numa_memory)
-        return tuple(max(0, cap - h - spread) for cap, h in zip(self.numa_memory, held))
+        free = tuple(max(0, cap - h - spread) for cap, h in zip(self.numa_memory, held))
+        if exclude is None:
+            self._free_memory = free
+        return free
 
     def _spill_elastic(self, held: list[int]) -> tuple[int, ...]:
         free = [cap - h for cap, h in zip(self.capacity, held)]
@@ -210,7 +216,7 @@ class NodeLedger:
         self.holdings[holding.uid] = holding
         if holding.identity is not None:
             self._by_identity.setdefault(holding.identity, {})[holding.uid] = holding
-        self._free = None
+        self._free = self._free_memory = None
         self.stamp = next(_stamps)
 
     def force_hold(self, holding: Holding) -> None:
@@ -242,7 +248,7 @@ class NodeLedger:
                 group.pop(uid, None)
                 if not group:
                     del self._by_identity[holding.identity]
-        self._free = None
+        self._free = self._free_memory = None
         self.stamp = next(_stamps)
         return holding
 
@@ -266,7 +272,7 @@ class NodeLedger:
         self._shared_total += milli
         self._shared_by_type[balloon] = self._shared_by_type.get(balloon, 0) + milli
         self._shared_count[balloon] = self._shared_count.get(balloon, 0) + 1
-        self._free = None
+        self._free = self._free_memory = None
         self.stamp = next(_stamps)
 
     def drop_shared(self, uid: str) -> None:
@@ -280,7 +286,7 @@ class NodeLedger:
             self._shared_by_type[old[0]] -= old[1]
         else:
             del self._shared_by_type[old[0]], self._shared_count[old[0]]
-        self._free = None
+        self._free = self._free_memory = None
         self.stamp = next(_stamps)
 
     def count_balloons(self, balloon_type: str, exclude: ModelIdentity | None = None) -> int:

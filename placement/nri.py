@@ -74,19 +74,35 @@ def plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: tuple[int
     return Plan(tuple(sorted(parts.items())), tuple(types), cpus)
 
 
-@lru_cache(maxsize=4096)
 def plan_empty(policy: BalloonsPolicy, btype: BalloonType, milli: int, capacity: tuple[int, ...], tpc: int
                ) -> Plan | Refusal:
     """`plan` on an empty node of this shape: a refusal here no eviction can change. Memoised: a fleet has a
     few shapes and policies, asked about for thousands of nodes."""
-    return plan(policy, btype, milli, capacity, tpc)
+    return _plan_empty(policy, btype.name, milli, capacity, tpc)
 
 
-def _balanced(policy: BalloonsPolicy, comps: list[BalloonType], instances: Instances) -> int:
+@lru_cache(maxsize=4096)
+def _plan_empty(policy: BalloonsPolicy, name: str, milli: int, capacity: tuple[int, ...], tpc: int) -> Plan | Refusal:
+    return plan(policy, policy.balloon_type(name), milli, capacity, tpc)  # type: ignore[arg-type]
+
+
+def _balanced(policy: BalloonsPolicy, comps: tuple[BalloonType, ...], instances: Instances) -> int:
     """balance-balloons: the component whose type, with every type it is composed of, has the fewest balloons
     (balloonsByDefIncludingComponents), ties to the first listed. A block of NUMA nodes is thus chosen by how
     many balloons its NUMA nodes already hold."""
-    return min(range(len(comps)), key=lambda i: (sum(instances(name) for name in _closure(policy, comps[i].name)), i))
+    best, fewest = 0, -1
+    for i, comp in enumerate(comps):
+        count = sum(map(instances, _closure(policy, comp.name)))
+        if fewest < 0 or count < fewest:
+            best, fewest = i, count
+    return best
+
+
+@lru_cache(maxsize=4096)
+def _components(policy: BalloonsPolicy, name: str) -> tuple[BalloonType | None, ...]:
+    # Keyed by name: hashing a BalloonType (a dozen fields) would cost more than the lookup saves.
+    btype = policy.balloon_type(name)
+    return tuple(policy.balloon_type(c) for c in btype.components) if btype is not None else ()
 
 
 @lru_cache(maxsize=4096)
@@ -119,13 +135,13 @@ def _plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: list[int
         free[numa] -= cores
         parts[numa] = parts.get(numa, 0) + cores
         return cpus
-    comps = [policy.balloon_type(c) for c in btype.components]
-    missing = [c for c, t in zip(btype.components, comps) if t is None]
-    if missing:
+    comps = _components(policy, btype.name)
+    if None in comps:
+        missing = next(c for c, t in zip(btype.components, comps) if t is None)
         return Refusal(BALLOON_TYPE_MISSING,
-                       f"composite balloon type {btype.name} names component type {missing[0]}, which the "
+                       f"composite balloon type {btype.name} names component type {missing}, which the "
                        "BalloonsPolicy does not define", False)
-    known: list[BalloonType] = comps  # type: ignore[assignment]
+    known: tuple[BalloonType, ...] = comps  # type: ignore[assignment]
     if btype.component_creation == COMPONENT_BALANCE:
         return _plan(policy, known[_balanced(policy, known, instances)], milli, free, tpc, instances, parts, types)
     total = 0
