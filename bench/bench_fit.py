@@ -57,8 +57,8 @@ def model_pod(name: str, tp: int, cpus: int, node_name: str | None = None) -> di
                      "creationTimestamp": "2026-12-01T00:00:00Z"},
         "spec": {"containers": [{"name": "main", "image": "vllm", "command": ["vllm", "serve"],
                                  "args": ["/models/m", "--tensor-parallel-size", str(tp)],
-                                 "resources": {"requests": {"cpu": str(cpus), "memory": "64Gi"},
-                                               "limits": {"cpu": str(cpus), "memory": "64Gi"}}}]},
+                                 "resources": {"requests": {"cpu": str(cpus), "memory": "16Gi"},
+                                               "limits": {"cpu": str(cpus), "memory": "16Gi"}}}]},
         "status": {"phase": "Pending"},
     }
     if node_name:
