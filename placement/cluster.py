@@ -386,6 +386,8 @@ class ClusterState:
             near = {t.close_numa: t.name for t in policy.balloon_types if t.close_numa is not None} if policy else {}
             types = (demand.balloon_type, *(near[n] for n, _ in per_numa if n in near))
         notes = []
+        if predicted.ok and {n for n, _ in predicted.per_numa} != {n for n, _ in per_numa}:
+            notes.append(f"predicted on NUMA {', '.join(str(n) for n, _ in predicted.per_numa)}")
         if len(per_numa) > demand.numa_nodes:
             notes.append(f"spans {len(per_numa)} NUMA nodes for {demand.ranks}")
         if observed.shared_cores.get(zone):

@@ -7,17 +7,19 @@ import textwrap
 from typing import Any
 
 from placement.cluster import ClusterState
+from placement.fit import fmt_bytes
 from placement.ledger import NodeLedger
 from server.inputs import plural
 
 WIDTH = 120
 # (title, width, right-aligned); the last column takes what is left of WIDTH.
-COLUMNS = (("NUMA", 6, True), ("CPUS", 22, False), ("RESERVED", 18, False), ("CORES", 5, True),
-           ("FREE", 5, True))
+COLUMNS = (("NUMA", 6, True), ("CPUS", 22, False), ("RESERVED", 14, False), ("CORES", 5, True),
+           ("FREE", 5, True), ("MEM", 6, True))
 POD_TITLE = "MODEL PODS (balloon, cores held here)"
 LEGEND = ("CORES: physical cores of the NUMA node that no reserved CPU touches (what model pods can hold). "
-          "FREE: of those, not held by model pods nor lent to the shared pool. assumed: bound by the extender, "
-          "not yet seen running.")
+          "FREE: of those, not held by model pods nor lent to the shared pool. MEM: free memory a model rank could "
+          "still pin there. assumed: bound by the extender, not yet seen running. observed: where the NRI plugin "
+          "reports it; '!' marks a pod it spread or put on shared cores.")
 
 
 def report(state: ClusterState) -> list[dict[str, Any]]:
@@ -73,12 +75,15 @@ def print_table(state: ClusterState, out: Any = sys.stdout) -> None:
         print(textwrap.fill(describe_node(ledger), WIDTH, subsequent_indent="    ", break_on_hyphens=False),
               file=out)
         free = ledger.free()
+        memory = ledger.free_memory()
         for numa in ledger.topology.numa_nodes:
-            pods = [f"{h.pod.split('/', 1)[-1]} ({h.balloon_type or 'kubelet-static'}, {c}"
-                    f"{', assumed' if h.assumed else ''})"
+            pods = [f"{'!' if h.note else ''}{h.pod.split('/', 1)[-1]} ({h.balloon_type or 'kubelet-static'}, {c}"
+                    f"{', assumed' if h.assumed else ''}{', observed' if h.observed else ''}"
+                    f"{': ' + h.note if h.note else ''})"
                     for h in ledger.holdings.values() for n, c in h.per_numa if n == numa.id]
             values = [str(numa.id), str(numa.cpus), str(ledger.reserved & numa.cpus) or "-",
-                      str(ledger.capacity[numa.id]), str(free[numa.id]), "; ".join(pods) or "-"]
+                      str(ledger.capacity[numa.id]), str(free[numa.id]),
+                      fmt_bytes(memory[numa.id]) if memory else "-", "; ".join(pods) or "-"]
             print(*row(values), sep="\n", file=out)
         free_total += sum(free)
         cores_total += sum(ledger.capacity)
