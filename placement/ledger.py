@@ -175,6 +175,8 @@ class NodeLedger:
 
     def _spill_elastic(self, held: list[int]) -> tuple[int, ...]:
         free = [cap - h for cap, h in zip(self.capacity, held)]
+        if not self._shared_total and not self._shared_by_type and self.observed_shared is None:
+            return tuple(max(0, f) for f in free)  # nothing shared: no balloon grows into model cores
         if self.observed_shared is not None:
             return tuple(max(0, f - o) for f, o in zip(free, self.observed_shared))
         policy = self.nri.policy

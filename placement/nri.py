@@ -154,7 +154,6 @@ def _plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: list[int
 
 
 def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list[int], tpc: int) -> int | Refusal:
-    need = f"{cores} free core{'s' if cores != 1 else ''}"
     if btype.close_numa is not None:
         k = btype.close_numa
         if k >= len(free):
@@ -162,7 +161,8 @@ def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list
                                            f"{len(free)} NUMA node{'s' if len(free) != 1 else ''} lacks", False)
         if free[k] < cores:
             return Refusal(INSUFFICIENT_FREE,
-                           f"balloon type {btype.name} is carved from NUMA node {k} and needs {need} there", True)
+                           f"balloon type {btype.name} is carved from NUMA node {k} and needs {_cores(cores)} there",
+                           True)
         return k
     allowed = list(range(len(free)))
     if policy.numa_preferring:
@@ -173,7 +173,11 @@ def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list
     fitting = [i for i in allowed if free[i] >= cores]
     if not fitting:
         return Refusal(NOT_NUMA_LOCAL if sum(free[i] for i in allowed) >= cores else INSUFFICIENT_FREE,
-                       f"balloon type {btype.name} needs {need} on one NUMA node", True)
+                       f"balloon type {btype.name} needs {_cores(cores)} on one NUMA node", True)
     if policy.topology_balancing:
         return max(fitting, key=lambda i: (free[i], -i))
     return min(fitting, key=lambda i: (free[i], i))
+
+
+def _cores(count: int) -> str:
+    return f"{count} free core{'s' if count != 1 else ''}"

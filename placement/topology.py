@@ -329,6 +329,7 @@ class BalloonsPolicy:
     pin_memory: bool = True
     _by_name: Mapping[str, BalloonType] = field(init=False, repr=False, compare=False)
     _routing: tuple[BalloonType, ...] = field(init=False, repr=False, compare=False)
+    _numa_preferring: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {t.name: t for t in self.balloon_types})
@@ -342,6 +343,7 @@ class BalloonsPolicy:
         routing = [replace(t, namespaces=(*t.namespaces, "kube-system", *self.reserved_pool_namespaces))
                    if t.name == RESERVED_TYPE else t for t in routing]
         object.__setattr__(self, "_routing", tuple(routing))
+        object.__setattr__(self, "_numa_preferring", any(t.close_numa is not None for t in self.balloon_types))
 
     def balloon_type(self, name: str) -> BalloonType | None:
         return self._by_name.get(name)
@@ -370,7 +372,7 @@ class BalloonsPolicy:
     @property
     def numa_preferring(self) -> bool:
         """Some type prefers a NUMA node, so every other type is pushed away from it (fillFarFromDevices)."""
-        return any(t.close_numa is not None for t in self.balloon_types)
+        return self._numa_preferring
 
 
 def _int(value: object, default: int = 0) -> int:

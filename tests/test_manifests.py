@@ -67,7 +67,7 @@ SERVED = {
 SETTINGS_KEYS = {
     "kubernetes_cpu_policy", "nri_enabled", "preflight", "nri_deployment_profile", "nri_reserved_cpu_list",
     "nri_balloon_prefix", "mm_kubelet_threads_per_core", "require_amx", "amx_node_label", "numa_count_label",
-    "scheduler_name", "scoring_strategy",
+    "scheduler_name", "scoring_strategy", "nri_cpu_request", "nri_config_namespace",
 }
 
 # extender.md 2.4, `staging/src/k8s.io/kube-scheduler/config/v1/types.go` (json names, exact).
