@@ -32,6 +32,7 @@ def cluster() -> Iterator[Cluster]:
         c.start()
         c.install()
         c.kubectl("apply", "-f", str(ROOT / "manifests" / "examples" / "balloonspolicy.yaml"))
+        apply_snc4_policy(c)
         c.create_namespace(MODEL_NS, enabled=True)
         c.create_namespace(PLACED_NS, enabled=False)
         nodes, placed = fleet()
@@ -70,3 +71,18 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                                     f"{SESSION['build_seconds']:.1f}s")
     if SESSION.get("failed"):
         terminalreporter.write_line(f"e2e: every component's whole log is kept in {SESSION['cluster'].logs}")
+
+
+def apply_snc4_policy(c: Cluster) -> None:
+    """The 4-NUMA nodes' own policy, as `balloons-policy` generates it for their shape (the example is for 2)."""
+    import yaml
+
+    from placement.balloons import node_balloons_policy
+    from placement.config import Settings
+    from placement.topology import linux_layout
+
+    policy = node_balloons_policy("xeon4", linux_layout([16] * 4, 2, "labels"), Settings(), "kube-system")
+    policy["metadata"]["name"] = "group.snc4"
+    path = c.root / "group.snc4.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    c.kubectl("apply", "-f", str(path))

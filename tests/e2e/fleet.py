@@ -21,7 +21,8 @@ SHAPES = {  # pool `full`: name prefix -> (count, node shape, the model pods eac
     # run as our webhook left them: 40 CPUs each, 20 cores with their hidden hyperthreads.
     "xeon2": (597, {"numa": 2, "cores_per_numa": 32}, [{"tp": 1, "cpu": "40"}] * 2),
     # SNC-4 with 16 cores per NUMA node: after the reserved CPUs, fewer than 16 model cores on any of them.
-    "xeon4": (300, {"numa": 4, "cores_per_numa": 16}, []),
+    # They run the generated policy of their own shape (group.snc4): a policy matches one NUMA layout.
+    "xeon4": (300, {"numa": 4, "cores_per_numa": 16, "labels": {"config.nri/group": "snc4"}}, []),
     "noamx": (100, {"numa": 2, "cores_per_numa": 28, "amx": False}, []),
 }
 
@@ -88,7 +89,8 @@ def fleet(scale: float = 1.0) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     for prefix, (count, shape, runs) in SHAPES.items():
         for i in range(max(1, round(count * scale))):
             name = f"{prefix}-{i:04d}"
-            nodes.append(node(name, labels={POOL: "full"}, **shape))
+            shape = {**shape, "labels": {POOL: "full", **shape.get("labels", {})}}  # type: ignore[dict-item]
+            nodes.append(node(name, **shape))
             for k, running in enumerate(runs):
                 placed.append(model_pod(f"running-{name}-{k}", PLACED_NS, model=f"running-{prefix}-{k}",
                                         node_name=name, **running))
