@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,32 +250,26 @@ def _flag(value: Any) -> bool | None:
     return str(value).strip().lower() not in {"false", "0", "no", "off"}
 
 
-def container_cpu_milli(container: Mapping[str, Any]) -> tuple[int, str | None]:
-    """requests.cpu, else limits.cpu (the apiserver defaults a missing request to the limit)."""
+def _requested(container: Mapping[str, Any], resource: str, parse: Callable[[object], int]) -> tuple[int, str | None]:
+    """requests.<resource>, else limits.<resource> (the apiserver defaults a missing request to the limit)."""
     resources = container.get("resources") or {}
-    value = (resources.get("requests") or {}).get("cpu")
+    value = (resources.get("requests") or {}).get(resource)
     if value is None:
-        value = (resources.get("limits") or {}).get("cpu")
+        value = (resources.get("limits") or {}).get(resource)
         if value is None:
             return 0, None
     try:
-        return cpu_milli(value), None
+        return parse(value), None
     except QuantityError as exc:
         return 0, f"container {container.get('name')!r}: {exc}"
+
+
+def container_cpu_milli(container: Mapping[str, Any]) -> tuple[int, str | None]:
+    return _requested(container, "cpu", cpu_milli)
 
 
 def container_memory_bytes(container: Mapping[str, Any]) -> tuple[int, str | None]:
-    """requests.memory, else limits.memory."""
-    resources = container.get("resources") or {}
-    value = (resources.get("requests") or {}).get("memory")
-    if value is None:
-        value = (resources.get("limits") or {}).get("memory")
-        if value is None:
-            return 0, None
-    try:
-        return memory_bytes(value), None
-    except QuantityError as exc:
-        return 0, f"container {container.get('name')!r}: {exc}"
+    return _requested(container, "memory", memory_bytes)
 
 
 def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = "") -> ModelDemand:
