@@ -175,7 +175,7 @@ class NodeLedger:
 
     def _spill_elastic(self, held: list[int]) -> tuple[int, ...]:
         free = [cap - h for cap, h in zip(self.capacity, held)]
-        if not self._shared_total and not self._shared_by_type and self.observed_shared is None:
+        if not self._shared_by_type and self.observed_shared is None:
             return tuple(max(0, f) for f in free)  # nothing shared: no balloon grows into model cores
         if self.observed_shared is not None:
             return tuple(max(0, f - o) for f, o in zip(free, self.observed_shared))
@@ -258,18 +258,10 @@ class NodeLedger:
         """Containers of pod `uid` that hold no exclusive cores: `milli` CPU and `memory` bytes requested in
         balloon type `balloon` (the one they are routed to; "" off NRI). A pod with only best-effort containers
         still puts them in a balloon, so it is recorded even at 0 millicores."""
-        self._shared_memory_total += memory - self._shared_memory.pop(uid, 0)
+        self._unshare(uid)
         if memory:
             self._shared_memory[uid] = memory
-        old = self.shared.pop(uid, None)
-        if old is not None:
-            self._shared_total -= old[1]
-            left = self._shared_by_type[old[0]] - old[1]
-            self._shared_count[old[0]] -= 1
-            if self._shared_count[old[0]]:
-                self._shared_by_type[old[0]] = left
-            else:
-                del self._shared_by_type[old[0]], self._shared_count[old[0]]
+            self._shared_memory_total += memory
         self.shared[uid] = (balloon, milli)
         self._shared_total += milli
         self._shared_by_type[balloon] = self._shared_by_type.get(balloon, 0) + milli
@@ -278,18 +270,24 @@ class NodeLedger:
         self.stamp = next(_stamps)
 
     def drop_shared(self, uid: str) -> None:
+        if self._unshare(uid):
+            self._free = self._free_memory = None
+            self.stamp = next(_stamps)
+
+    def _unshare(self, uid: str) -> bool:
+        """Take pod `uid`'s shared containers out of the totals; False if it had none."""
         self._shared_memory_total -= self._shared_memory.pop(uid, 0)
         old = self.shared.pop(uid, None)
         if old is None:
-            return
-        self._shared_total -= old[1]
-        self._shared_count[old[0]] -= 1
-        if self._shared_count[old[0]]:
-            self._shared_by_type[old[0]] -= old[1]
+            return False
+        balloon, milli = old
+        self._shared_total -= milli
+        self._shared_count[balloon] -= 1
+        if self._shared_count[balloon]:
+            self._shared_by_type[balloon] -= milli
         else:
-            del self._shared_by_type[old[0]], self._shared_count[old[0]]
-        self._free = self._free_memory = None
-        self.stamp = next(_stamps)
+            del self._shared_by_type[balloon], self._shared_count[balloon]
+        return True
 
     def count_balloons(self, balloon_type: str, exclude: ModelIdentity | None = None) -> int:
         """Balloons of this type made for pods (maxBalloons counts these, not components of composites)."""
