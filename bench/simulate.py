@@ -421,6 +421,10 @@ class Run:
         # kth[t][i]: free cores of node i's t-th emptiest NUMA node (-1 when it has fewer than t).
         self.kth: dict[int, list[int]] = {t: [-1] * n for t in (1, 2, 4, 8)}
         self.sumfree = [0] * n
+        # Bytes of NUMA memory that enter fit's score (the policy pins memory and the node's is known), else 0.
+        self.memtotal = [led.memory_total if led.nri.policy is not None and led.nri.policy.pin_memory else 0
+                         for led in self.ledgers]
+        self.sumfreemem = [0] * n
         for i in range(n):
             self.refresh(i)
         # Nodes that look the same to `fit` when empty (one policy, capacity, SMT width) form a class: what a
@@ -461,6 +465,8 @@ class Run:
         for t, kth in self.kth.items():
             kth[i] = desc[t - 1] if t <= len(desc) else -1
         self.sumfree[i] = sum(f)
+        if self.memtotal[i]:
+            self.sumfreemem[i] = sum(self.ledgers[i].free_memory())
 
     def need(self, demand: ModelDemand) -> Need | None:
         """Per class, the balloon's rank and total cores as `placement.nri` plans it on an empty node of the
@@ -872,12 +878,8 @@ class ExtenderRun(Run):
                     if best is None or k > best:
                         best = k
             return None if best is None else best[2]
-        total, sumfree, cls = self.total, self.sumfree, self.cls
         w = self.EXTENDER_WEIGHT * 10
-        # The score fit() gives when it fits: placement.fit._score's MostAllocated on free less the balloon's
-        # cores, same float ops.
-        scored = [(math.floor((total[i] - sumfree[i] + need[cls[i]][1]) / total[i] * 10 + 0.5) * w  # type: ignore[index]
-                   + (alloc[i] - req[i] - r) * 100 // alloc[i], i)
+        scored = [(self.predicted_score(i, demand, need) * w + (alloc[i] - req[i] - r) * 100 // alloc[i], i)
                   for i in self.candidates(idx, demand, need) if alloc[i] - req[i] >= r]
         while scored:
             top = max(scored)[0]
@@ -891,6 +893,18 @@ class ExtenderRun(Run):
             self.index_misses += 1
             scored = [(s, j) for s, j in scored if j != i]
         return None
+
+    def predicted_score(self, i: int, demand: ModelDemand, need: Need) -> int:
+        """The score fit() gives node i when the balloon fits: placement.fit._score's MostAllocated over free
+        cores less the balloon's, averaged with free NUMA memory less the pinned memory where it is pinned; the
+        same float operations, so the prediction is exact."""
+        total = self.total[i]
+        value = (total - self.sumfree[i] + need[self.cls[i]][1]) / total  # type: ignore[index]
+        memtotal = self.memtotal[i]
+        if memtotal and demand.memory_bytes:
+            pinned = -(-demand.memory_bytes // demand.numa_nodes) * demand.numa_nodes
+            value = (value + (memtotal - self.sumfreemem[i] + pinned) / memtotal) / 2
+        return max(0, min(10, math.floor(value * 10 + 0.5)))
 
     def bind(self, uid: str, i: int) -> None:
         """/bind: assume (hold the cores now), then the watch shows the binding and confirms it."""

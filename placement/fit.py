@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from placement.demand import ModelDemand, round_up
 from placement.ledger import Holding, NodeLedger
@@ -184,18 +184,26 @@ def _nri_refusal(demand: ModelDemand, ledger: NodeLedger, node: str) -> Fit:
                    f"balloon type {demand.balloon_type} is not defined in {where} (types there: {known})", False)
 
 
-def _score(ledger: NodeLedger, free_after: list[int], strategy: str) -> int:
+def _score(ledger: NodeLedger, free_after: list[int], strategy: str, memory_after: list[int] | None = None) -> int:
+    """0..10 by the configured strategy over the node's model cores, and, when the model pins memory, over its
+    NUMA memory too, weighted equally as NodeResourcesFit weighs cpu and memory: a node whose memory the model
+    would fill is not a better pack than one whose cores it fills."""
     total = ledger.capacity_total
     if total == 0:
         return 0
-    if strategy == "BalancedAllocation":
-        fractions = [1 - f / c for f, c in zip(free_after, ledger.capacity) if c > 0]
-        value = 1 - (max(fractions) - min(fractions)) if fractions else 0.0
-    else:
-        used = total - sum(free_after)
-        # MostAllocated packs, so whole NUMA nodes stay free for large models.
-        value = (total - used) / total if strategy == "LeastAllocated" else used / total
+    value = _strategy_value(free_after, ledger.capacity, total, strategy)
+    if memory_after is not None:
+        value = (value + _strategy_value(memory_after, ledger.numa_memory, ledger.memory_total, strategy)) / 2
     return max(0, min(10, math.floor(value * 10 + 0.5)))
+
+
+def _strategy_value(free_after: Sequence[int], capacity: Sequence[int], total: int, strategy: str) -> float:
+    if strategy == "BalancedAllocation":
+        fractions = [1 - f / c for f, c in zip(free_after, capacity) if c > 0]
+        return 1 - (max(fractions) - min(fractions)) if fractions else 0.0
+    used = total - sum(free_after)
+    # MostAllocated packs, so whole NUMA nodes stay free for large models.
+    return (total - used) / total if strategy == "LeastAllocated" else used / total
 
 
 def _most_free(free: tuple[int, ...], count: int) -> list[int]:
@@ -260,10 +268,11 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
                        f"needs {demand.numa_nodes} distinct NUMA nodes; with what runs here the plugin would put "
                        f"its ranks on {fp.numa_nodes}", True, fp)
     memory = 0
+    memory_after = None
     if policy.pin_memory and ledger.numa_memory and demand.memory_bytes:
         memory = -(-demand.memory_bytes // demand.numa_nodes)
-        free_memory = ledger.free_memory(exclude=own)
-        short = [i for i, _ in placed.per_numa if free_memory[i] < memory]
+        memory_after = list(ledger.free_memory(exclude=own))
+        short = [i for i, _ in placed.per_numa if memory_after[i] < memory]
         if short:
             return _refuse(node, INSUFFICIENT_FREE_MEMORY,
                            f"needs {fmt_bytes(memory)} free memory on each of its NUMA nodes (pinMemory); the "
@@ -272,7 +281,10 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     after = list(free)
     for i, cores in placed.per_numa:
         after[i] -= cores
-    return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types, memory)
+        if memory_after is not None:
+            memory_after[i] -= memory
+    return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy, memory_after), fp,
+               placed.types, memory)
 
 
 def fmt_bytes(value: int) -> str:

@@ -102,6 +102,7 @@ class NodeLedger:
     # zones); None: predicted from their requests.
     observed_shared: tuple[int, ...] | None = None
     numa_memory: tuple[int, ...] = ()  # bytes per NUMA node; (): unknown, memory is not checked
+    memory_total: int = field(init=False)
     _mem_held: list[int] = field(init=False)
     _shared_memory: dict[str, int] = field(init=False, default_factory=dict)
     _shared_memory_total: int = field(init=False, default=0)
@@ -119,6 +120,7 @@ class NodeLedger:
         self.shared_pool_cpus = len(self.topology.cpus) - self.capacity_total * self.topology.threads_per_core
         self._held = [0] * self.topology.numa_count
         self._mem_held = [0] * self.topology.numa_count
+        self.memory_total = sum(self.numa_memory)
 
     # -- what is free ------------------------------------------------------------------------------
 

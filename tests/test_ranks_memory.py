@@ -51,6 +51,19 @@ def running(name: str, on: str, memory: str, tp: int = 2) -> Obj:
             "status": {"phase": "Running"}}
 
 
+def roomy_and_busy() -> list[Obj]:
+    """Two 2-NUMA nodes under one policy (one class of node for the extender's memo); "busy" runs a
+    non-model pod that requests 300Gi of memory and next to no CPU."""
+    hog = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "cache", "namespace": "data", "uid": "uid-cache", "labels": {"app": "cache"}},
+           "spec": {"nodeName": "busy", "containers": [{"name": "redis", "resources": {
+               "requests": {"cpu": "100m", "memory": "300Gi"}}}]}, "status": {"phase": "Running"}}
+    shared = policy("roomy", 2)
+    shared["metadata"]["name"] = "default"
+    shared["status"]["nodes"]["busy"] = shared["status"]["nodes"]["roomy"]
+    return [node("roomy", 2), node("busy", 2), shared, hog]
+
+
 def numa_nodes_on(objects: list[Obj], mutated: dict[str, Any], node_name: str) -> tuple[int, ...]:
     state = ClusterState.from_objects(objects, Settings())
     fit = state.fit(read_model_pod(mutated, state.settings), state.ledger(node_name))  # type: ignore[arg-type]
@@ -110,15 +123,7 @@ async def test_memory_per_numa_node_never_and_now(make_webhook: MakeWebhook) -> 
 def test_the_extender_tells_apart_nodes_that_differ_only_in_free_memory() -> None:
     from extender.filter import Judge
 
-    hog = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "cache", "namespace": "data", "uid": "uid-cache", "labels": {"app": "cache"}},
-           "spec": {"nodeName": "busy", "containers": [{"name": "redis", "resources": {
-               "requests": {"cpu": "100m", "memory": "300Gi"}}}]}, "status": {"phase": "Running"}}
-    shared = policy("roomy", 2)  # one policy for both: the same class of node for the extender's memo
-    shared["metadata"]["name"] = "default"
-    shared["status"]["nodes"]["busy"] = shared["status"]["nodes"]["roomy"]
-    fleet = [node("roomy", 2), node("busy", 2), shared, hog]
-    state = ClusterState.from_objects(fleet, Settings())
+    state = ClusterState.from_objects(roomy_and_busy(), Settings())
     assert state.ledger("roomy").free() == state.ledger("busy").free()  # type: ignore[union-attr]
     model = running("new", "", "400Gi")
     model["spec"].pop("nodeName")
@@ -126,3 +131,21 @@ def test_the_extender_tells_apart_nodes_that_differ_only_in_free_memory() -> Non
     roomy, busy = judge.verdicts(judge.read_pod(model), ["roomy", "busy"])
     assert roomy is not None and roomy.ok
     assert busy is not None and not busy.ok and "200Gi free memory" in busy.message
+
+
+def test_the_extender_packs_numa_memory_as_it_packs_cores() -> None:
+    """Two nodes with the same free cores; one already holds 300Gi of memory. MostAllocated packs, so the model
+    scores higher where its pinned memory fills the node more, and a node whose memory it would fill is not
+    ranked as a node whose memory is untouched."""
+    from extender.filter import Judge
+    from extender.score import rank
+
+    state = ClusterState.from_objects(roomy_and_busy(), Settings())
+    assert state.ledger("roomy").free() == state.ledger("busy").free()  # type: ignore[union-attr]
+    model = running("new", "", "40Gi")
+    model["spec"].pop("nodeName")
+    judge = Judge(state)
+    scores, best = rank(judge, judge.read_pod(model), ["roomy", "busy"])
+    # 8 of 64 cores either way; memory 40 of 512Gi on roomy, 340 of 512Gi on busy: (0.125 + 0.08) / 2 and
+    # (0.125 + 0.66) / 2 on the 0..10 scale.
+    assert scores == [1, 4] and best == "busy"
