@@ -2,30 +2,38 @@
 asked for the first time since its last change (as the extender's first pod of a new model meets it), in
 process, one core. The figure is the median µs of one `ClusterState.fit` call per node.
 
-    python bench/bench_fit.py [--nodes 500] [--rounds 5] [--profile]
+    python bench/bench_fit.py [--nodes 500] [--rounds 5] [--profile] [--against TREE]...
 
 The fleet: nodes of five shapes (2/4/8 NUMA nodes, SMT on and off), each shape's generated BalloonsPolicy
 (`group.<shape>`), every node with its own mix of running model pods (TP 1/2/4, distinct sizes), so no two
-ledgers hold the same. The demand is a fresh pod of TP 1, 2 and 4 as the webhook mutates it. "warm" asks the
+ledgers hold the same. The demand is a fresh pod of TP 1, 2, 4 and 8 as the webhook mutates it (TP=4 fits only
+4- and 8-NUMA nodes, TP=8 only 8-NUMA ones: the rest are refused by shape, which costs little). "warm" asks the
 same ledger again (its free cores already computed): the difference is the ledger's `free()`.
-Runs on any tree whose placement/ has ClusterState.fit, mutate_pod and balloons.node_balloons_policy
-(`PYTHONPATH=OTHER_TREE python bench/bench_fit.py` measures another commit)."""
+
+`--against TREE` (a checkout of another commit, e.g. `git worktree add /tmp/before f1673d7`) measures that
+tree's placement/ on the same fleet: each round runs in a fresh process per tree, the trees taking turns, so a
+machine others load weighs on both alike. Runs on any tree whose placement/ has ClusterState.fit, mutate_pod and
+balloons.node_balloons_policy."""
 
 from __future__ import annotations
 
 import argparse
 import cProfile
 import gc
+import json
+import os
 import pstats
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-if __package__ in (None, ""):  # `python bench/bench_fit.py` from a checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+CHECKOUT = Path(__file__).resolve().parent.parent
+# The tree whose placement/ is measured: this checkout, or the one a parent run names (--against).
+sys.path.insert(0, os.environ.get("BENCH_FIT_TREE", str(CHECKOUT)))
 
 from placement.balloons import node_balloons_policy  # noqa: E402
 from placement.cluster import ClusterState  # noqa: E402
@@ -94,64 +102,128 @@ def fresh_ledgers(cluster: ClusterState, pods: list[dict[str, Any]], names: Sequ
     return [cluster.ledger(n) for n in names]
 
 
-def measure(cluster: ClusterState, demand: Any, pods: list[dict[str, Any]], names: Sequence[str]
-            ) -> tuple[float, float]:
-    """Median µs of the first and of a second `fit` per node, on fresh ledgers."""
+TPS = (1, 2, 4, 8)
+GOAL = 10.0  # µs, median cold fit per node (issue 12)
+
+
+class Round(NamedTuple):
+    cold: float  # median µs per node, every node
+    cold_fits: float  # the same over the nodes it fits (0 when none)
+    warm: float
+    fits: int
+
+
+def measure(cluster: ClusterState, demand: Any, pods: list[dict[str, Any]], names: Sequence[str]) -> Round:
+    """The first and a second `fit` per node, on fresh ledgers."""
     ledgers = fresh_ledgers(cluster, pods, names)
-    cold, warm = [], []
+    cold, warm, fitting = [], [], []
     clock = time.perf_counter_ns
     for ledger in ledgers:
         t0 = clock()
-        cluster.fit(demand, ledger)
+        result = cluster.fit(demand, ledger)
         t1 = clock()
         cluster.fit(demand, ledger)
         t2 = clock()
         cold.append(t1 - t0)
         warm.append(t2 - t1)
-    return statistics.median(cold) / 1000, statistics.median(warm) / 1000
+        if result.ok:
+            fitting.append(t1 - t0)
+    return Round(statistics.median(cold) / 1000, statistics.median(fitting) / 1000 if fitting else 0.0,
+                 statistics.median(warm) / 1000, len(fitting))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=500)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--profile", action="store_true", help="cProfile the cold fits of one round")
-    args = parser.parse_args(argv)
+def run(nodes: int, rounds: int, profile: bool) -> dict[int, list[Round]]:
     settings = Settings()
-    objects = fleet(args.nodes, settings)
+    objects = fleet(nodes, settings)
     pods = [o for o in objects if o["kind"] == "Pod"]
     cluster = ClusterState.from_objects(objects, settings)
     names = sorted(cluster.nodes)
     distinct = len({(ledger.capacity, ledger.threads_per_core, ledger.free()) for ledger in cluster.ledgers()})
     print(f"{len(names)} nodes of {len(SHAPES)} shapes, {len(pods)} running model pods, "
-          f"{distinct} distinct (shape, free cores) ledgers")
-    goal = 10.0
-    worst = 0.0
-    for tp in (1, 2, 4):
+          f"{distinct} distinct (shape, free cores) ledgers", file=sys.stderr)
+    results: dict[int, list[Round]] = {}
+    for tp in TPS:
         mutation = mutate_pod(model_pod(f"new-tp{tp}", tp, 8 * tp), cluster)
         demand = mutation.demand
         assert demand is not None and demand.policy == "nri-balloons", mutation.resolution
         gc.collect()
         gc.disable()
         try:
-            rounds = [measure(cluster, demand, pods, names) for _ in range(args.rounds)]
+            results[tp] = [measure(cluster, demand, pods, names) for _ in range(rounds)]
         finally:
             gc.enable()
-        cold = statistics.median(r[0] for r in rounds)
-        warm = statistics.median(r[1] for r in rounds)
-        worst = max(worst, cold)
-        print(f"TP={tp} cpu: {8 * tp} (request {demand.cpu_milli / 1000:g}): cold fit median {cold:.1f} µs per "
-              f"node (rounds {', '.join(f'{r[0]:.1f}' for r in rounds)}), warm {warm:.1f} µs  "
-              f"goal cold <= {goal:g} µs: {'met' if cold <= goal else 'NOT met'}")
-        if args.profile and tp == 1:
+        if profile and tp == 1:
             ledgers = fresh_ledgers(cluster, pods, names)
-            profile = cProfile.Profile()
-            profile.enable()
+            prof = cProfile.Profile()
+            prof.enable()
             for ledger in ledgers:
                 cluster.fit(demand, ledger)
-            profile.disable()
-            pstats.Stats(profile).sort_stats("tottime").print_stats(14)
-    return 0 if worst <= goal else 1
+            prof.disable()
+            pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(14)
+    return results
+
+
+def run_trees(trees: Sequence[Path], nodes: int, rounds: int) -> list[dict[int, list[Round]]]:
+    """One fresh process per tree and round, the trees taking turns (reversed every other round)."""
+    results: list[dict[int, list[Round]]] = [{tp: [] for tp in TPS} for _ in trees]
+    for r in range(rounds):
+        order = list(enumerate(trees))
+        for k, tree in order if r % 2 == 0 else reversed(order):
+            out = subprocess.run([sys.executable, __file__, "--child", "--nodes", str(nodes), "--rounds", "1"],
+                                 env={**os.environ, "BENCH_FIT_TREE": str(tree)}, check=True, capture_output=True,
+                                 text=True).stdout
+            for tp, got in json.loads(out).items():
+                results[k][int(tp)].extend(Round(*g) for g in got)
+    return results
+
+
+def label(tree: Path) -> str:
+    head = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no", "placement"],
+                           capture_output=True, text=True).stdout
+    return f"{tree} ({head.stdout.strip() or 'not a git tree'}{' + changes' if dirty else ''})"
+
+
+def report(name: str, results: dict[int, list[Round]], nodes: int) -> float:
+    """Print one tree's figures; the worst cold median of TP=1/2 (the goal's cases)."""
+    print(name)
+    worst = 0.0
+    for tp, rounds in results.items():
+        cold = statistics.median(r.cold for r in rounds)
+        fits = rounds[0].fits
+        on_fit = f", {statistics.median(r.cold_fits for r in rounds):.1f} µs on the {fits} it fits" \
+            if 0 < fits < nodes else ""
+        goal = f"  goal <= {GOAL:g} µs: {'met' if cold <= GOAL else 'NOT met'}" if tp <= 2 else ""
+        print(f"  TP={tp}: cold fit median {cold:.1f} µs per node (rounds {', '.join(f'{r.cold:.1f}' for r in rounds)})"
+              f"{on_fit}; warm {statistics.median(r.warm for r in rounds):.1f} µs; fits {fits}/{nodes}{goal}")
+        if tp <= 2:
+            worst = max(worst, cold)
+    return worst
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="cProfile the cold fits of one round (TP=1)")
+    parser.add_argument("--against", type=Path, action="append", default=[], metavar="TREE",
+                        help="also measure another checkout's placement/, taking turns with this one")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(run(args.nodes, args.rounds, False)))
+        return 0
+    print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if not args.against:
+        worst = report(label(CHECKOUT), run(args.nodes, args.rounds, args.profile), args.nodes)
+    else:
+        trees = [CHECKOUT, *args.against]
+        results = run_trees(trees, args.nodes, args.rounds)
+        worst = report(label(CHECKOUT), results[0], args.nodes)
+        for tree, got in zip(trees[1:], results[1:]):
+            report(label(tree), got, args.nodes)
+    print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0 if worst <= GOAL else 1
 
 
 if __name__ == "__main__":

@@ -303,10 +303,11 @@ class NodeLedger:
         """Every balloon type's instance count: what `instances` answers, as one hashable value."""
         return tuple(sorted((k, v) for k, v in self._instances.items() if v))
 
-    def instances(self, balloon_type: str) -> int:
-        """Balloons of this type including those inside composites: balance-balloons creates the component
+    @property
+    def instances(self) -> Mapping[str, int]:
+        """Balloons of each type including those inside composites: balance-balloons creates the component
         with the fewest."""
-        return self._instances.get(balloon_type, 0)
+        return self._instances
 
     def scratch(self, without: ModelIdentity | None = None) -> NodeLedger:
         """A copy to simulate on, without the pods of `without` (a model's own pods are being replaced)."""

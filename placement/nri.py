@@ -21,7 +21,7 @@ core of its own and its sibling is left to others.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -50,11 +50,8 @@ class Refusal(NamedTuple):
     resolvable: bool  # could freeing capacity on this node change it?
 
 
-Instances = Callable[[str], int]
-
-
-def _no_instances(name: str) -> int:
-    return 0
+Instances = Mapping[str, int]  # balloons of each type on the node, components of composites included
+_NONE: Instances = {}
 
 
 def balloon_cpus(btype: BalloonType, milli: int) -> int:
@@ -62,13 +59,14 @@ def balloon_cpus(btype: BalloonType, milli: int) -> int:
 
 
 def plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: tuple[int, ...], tpc: int,
-         instances: Instances = _no_instances) -> Plan | Refusal:
+         instances: Instances = _NONE) -> Plan | Refusal:
     """The balloon the plugin creates for a container of `milli` CPU in `btype`, on a node with `free` whole
     cores per NUMA node and `instances` balloons of each type."""
+    step = _compile(policy, btype.name, milli, tpc)
     left = list(free)
     parts: dict[int, int] = {}
     types: list[str] = []
-    cpus = _plan(policy, btype, milli, left, tpc, instances, parts, types)
+    cpus = _run(policy, step, left, instances, parts, types)
     if isinstance(cpus, Refusal):
         return cpus
     return Plan(tuple(sorted(parts.items())), tuple(types), cpus)
@@ -86,26 +84,52 @@ def _plan_empty(policy: BalloonsPolicy, name: str, milli: int, capacity: tuple[i
     return plan(policy, policy.balloon_type(name), milli, capacity, tpc)  # type: ignore[arg-type]
 
 
-def _balanced(policy: BalloonsPolicy, comps: tuple[BalloonType, ...], instances: Instances) -> int:
-    """balance-balloons: the component whose type, with every type it is composed of, has the fewest balloons
-    (balloonsByDefIncludingComponents), ties to the first listed. A block of NUMA nodes is thus chosen by how
-    many balloons its NUMA nodes already hold."""
-    best, fewest = 0, -1
-    for i, comp in enumerate(comps):
-        count = sum(map(instances, _closure(policy, comp.name)))
-        if fewest < 0 or count < fewest:
-            best, fewest = i, count
-    return best
+# What the plugin does for a type and request, decided once per (policy, type, request, SMT width): everything
+# but the NUMA node each balloon is taken from, which depends on what the node holds. A fit then only walks it.
+class _Balloon(NamedTuple):
+    btype: BalloonType
+    cores: int
+    cpus: int
+
+
+class _All(NamedTuple):
+    name: str
+    steps: tuple[_Step, ...]  # one balloon per component, in order
+
+
+class _Fewest(NamedTuple):
+    name: str
+    steps: tuple[_Step, ...]  # balance-balloons: one of these
+    closures: tuple[tuple[str, ...], ...]  # each one's type with every type it is made of
+
+
+_Step = _Balloon | _All | _Fewest | Refusal
 
 
 @lru_cache(maxsize=4096)
-def _components(policy: BalloonsPolicy, name: str) -> tuple[BalloonType | None, ...]:
-    # Keyed by name: hashing a BalloonType (a dozen fields) would cost more than the lookup saves.
-    btype = policy.balloon_type(name)
-    return tuple(policy.balloon_type(c) for c in btype.components) if btype is not None else ()
+def _compile(policy: BalloonsPolicy, name: str, milli: int, tpc: int) -> _Step:
+    # Keyed by the type's name: hashing a BalloonType (a dozen fields) would cost more than the lookup saves.
+    btype: BalloonType = policy.balloon_type(name)  # type: ignore[assignment]
+    asked = max(1, math.ceil(milli / 1000))
+    if btype.max_cpus and asked > btype.max_cpus:
+        return Refusal(BALLOON_TYPE_CAPPED,
+                       f"balloon type {name} holds at most maxCPUs={btype.max_cpus} CPUs and this needs {asked}",
+                       False)
+    if not btype.composite:
+        cpus = balloon_cpus(btype, milli)
+        return _Balloon(btype, cpus if policy.spreads(btype) else math.ceil(cpus / tpc), cpus)
+    missing = [c for c in btype.components if policy.balloon_type(c) is None]
+    if missing:
+        return Refusal(BALLOON_TYPE_MISSING,
+                       f"composite balloon type {name} names component type {missing[0]}, which the "
+                       "BalloonsPolicy does not define", False)
+    if btype.component_creation == COMPONENT_BALANCE:
+        return _Fewest(name, tuple(_compile(policy, c, milli, tpc) for c in btype.components),
+                       tuple(_closure(policy, c) for c in btype.components))
+    share = milli // len(btype.components)
+    return _All(name, tuple(_compile(policy, c, share, tpc) for c in btype.components))
 
 
-@lru_cache(maxsize=4096)
 def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
     seen = [name]
     for current in seen:
@@ -116,44 +140,44 @@ def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: list[int], tpc: int,
-          instances: Instances, parts: dict[int, int], types: list[str]) -> int | Refusal:
-    """Place `btype`'s balloon(s) into `free` (updated), recording them in `parts` and `types`; the logical CPUs
+def _run(policy: BalloonsPolicy, step: _Step, free: list[int], instances: Instances, parts: dict[int, int],
+         types: list[str]) -> int | Refusal:
+    """Place `step`'s balloon(s) into `free` (updated), recording them in `parts` and `types`; the logical CPUs
     they hold, or why the plugin would fail the container or leave its NUMA node."""
-    types.append(btype.name)
-    asked = max(1, math.ceil(milli / 1000))
-    if btype.max_cpus and asked > btype.max_cpus:
-        return Refusal(BALLOON_TYPE_CAPPED,
-                       f"balloon type {btype.name} holds at most maxCPUs={btype.max_cpus} CPUs and this needs "
-                       f"{asked}", False)
-    if not btype.composite:
-        cpus = balloon_cpus(btype, milli)
-        cores = cpus if policy.spreads(btype) else math.ceil(cpus / tpc)
-        numa = _numa_for(policy, btype, cores, free, tpc)
+    if isinstance(step, _Balloon):
+        btype = step.btype
+        types.append(btype.name)
+        numa = _numa_for(policy, btype, step.cores, free)
         if isinstance(numa, Refusal):
             return numa
-        free[numa] -= cores
-        parts[numa] = parts.get(numa, 0) + cores
-        return cpus
-    comps = _components(policy, btype.name)
-    if None in comps:
-        missing = next(c for c, t in zip(btype.components, comps) if t is None)
-        return Refusal(BALLOON_TYPE_MISSING,
-                       f"composite balloon type {btype.name} names component type {missing}, which the "
-                       "BalloonsPolicy does not define", False)
-    known: tuple[BalloonType, ...] = comps  # type: ignore[assignment]
-    if btype.component_creation == COMPONENT_BALANCE:
-        return _plan(policy, known[_balanced(policy, known, instances)], milli, free, tpc, instances, parts, types)
+        free[numa] -= step.cores
+        parts[numa] = parts.get(numa, 0) + step.cores
+        return step.cpus
+    if isinstance(step, Refusal):
+        return step
+    types.append(step.name)
+    if isinstance(step, _Fewest):
+        # balloonsByDefIncludingComponents: the component whose type, with every type it is composed of, has
+        # the fewest balloons, ties to the first listed. A block of NUMA nodes is thus chosen by how many
+        # balloons its NUMA nodes already hold.
+        best, fewest = 0, -1
+        for i, closure in enumerate(step.closures):
+            count = 0
+            for name in closure:
+                count += instances.get(name, 0)
+            if fewest < 0 or count < fewest:
+                best, fewest = i, count
+        return _run(policy, step.steps[best], free, instances, parts, types)
     total = 0
-    for comp in known:
-        cpus = _plan(policy, comp, milli // len(known), free, tpc, instances, parts, types)
+    for sub in step.steps:
+        cpus = _run(policy, sub, free, instances, parts, types)
         if isinstance(cpus, Refusal):
             return cpus
         total += cpus
     return total
 
 
-def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list[int], tpc: int) -> int | Refusal:
+def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list[int]) -> int | Refusal:
     if btype.close_numa is not None:
         k = btype.close_numa
         if k >= len(free):
