@@ -2,9 +2,13 @@
 
 `/preempt` (kube-scheduler's preemptVerb): the scheduler found candidate nodes by dry-running its in-tree
 filters, which count CPUs node-wide, and sends each one's victims. We narrow each to the fewest that free
-the right NUMA nodes (`victims.choose`), honouring PodDisruptionBudgets, and drop the nodes where no set
-does. A node left out is simply no candidate; one kept must have at least one victim, or kube-scheduler
-fails the whole preemption ("expected at least one victim pod on node", preemption.go callExtenders).
+the right NUMA nodes (`victims.choose`), honouring PodDisruptionBudgets. Where the scheduler's victims free
+cores on the wrong NUMA nodes (its reprieve keeps the longest-running pods, whatever NUMA node they hold),
+we choose among every lower-priority pod of the node instead: the scheduler maps the uids we answer to the
+pods of that node and evicts them as they are, checking nothing else (extender.go convertToVictims), so the
+answer may name pods it did not send. Nodes where no set works are dropped. A node left out is simply no
+candidate; one kept must have at least one victim, or kube-scheduler fails the whole preemption ("expected
+at least one victim pod on node", preemption.go callExtenders).
 
 Our own path: a node only our filter refused (its CPUs are free node-wide, on the wrong NUMA nodes) passes
 the in-tree dry run with every pod reprieved, so the scheduler offers no candidate there and never calls
@@ -19,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -27,6 +31,7 @@ from urllib.parse import quote
 from extender.bind import OutOfTime, api_call
 from extender.filter import Judge, PodRef
 from extender.victims import Candidate, Choice, Outcome, best_node, choose
+from placement.ledger import NodeLedger
 from server import metrics
 from server.app import Runtime
 
@@ -86,8 +91,7 @@ def candidate(pod: Mapping[str, Any], pdbs: Iterable[Pdb]) -> Candidate:
     meta = pod.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     labels = meta.get("labels") or {}
-    priority = (pod.get("spec") or {}).get("priority")
-    return Candidate(str(meta.get("uid") or ""), f"{namespace}/{name}", priority if isinstance(priority, int) else 0,
+    return Candidate(str(meta.get("uid") or ""), f"{namespace}/{name}", pod_priority(pod),
                      tuple(p.key for p in pdbs if p.covers(namespace, name, labels)))
 
 
@@ -135,15 +139,17 @@ class Preemption:
 
     # -- /preempt -------------------------------------------------------------------------------------
 
-    async def narrow(self, ref: PodRef, victims: Mapping[str, list[str]], sent: Mapping[str, Mapping[str, Any]],
-                     deadline: float) -> tuple[dict[str, list[str]], dict[str, str]]:
+    async def narrow(self, ref: PodRef, priority: int, victims: Mapping[str, list[str]],
+                     sent: Mapping[str, Mapping[str, Any]], deadline: float) -> tuple[dict[str, list[str]], dict[str, str]]:
         """Per node, the uids to evict (nodes where none work are left out), and why each dropped node was."""
         if ref.demand is None:  # not ours to judge: keep the scheduler's choice
             return {node: list(uids) for node, uids in victims.items() if uids}, {}
         pdbs = await self._pdbs(deadline)
+        allowed = {p.key: p.allowed for p in pdbs}
         namespaces = {p.namespace for p in pdbs}
         kept: dict[str, list[str]] = {}
         dropped: dict[str, str] = {}
+        wrong: list[NodeLedger] = []  # nodes where the scheduler's own victims free the wrong NUMA nodes
         for node, uids in victims.items():
             ledger = self.cluster.ledger(node)
             if ledger is None:
@@ -157,16 +163,54 @@ class Preemption:
                     pods.append(candidate(await self._victim_pod(uid, sent, deadline), pdbs))
                 else:
                     pods.append(Candidate(uid, f"{rec.namespace}/{rec.name}" if rec else uid))
-            outcome = choose(self.cluster, ref.demand, ledger, pods, {p.key: p.allowed for p in pdbs})
-            if outcome.choice is None:
+            outcome = choose(self.cluster, ref.demand, ledger, pods, allowed)
+            if outcome.choice is not None:
+                kept[node] = outcome.choice.uids
+            elif self.runtime.api_client is None:  # the other pods' priorities are unknown: spare them
                 dropped[node] = outcome.why_not
                 self._block(ref, outcome)
             else:
-                kept[node] = outcome.choice.uids
+                wrong.append(ledger)
+        for ledger, outcome in await self._among_all(ref, priority, wrong, pdbs, lambda: deadline):
+            if outcome.choice is None:
+                dropped[ledger.name] = outcome.why_not
+                self._block(ref, outcome)
+            else:
+                kept[ledger.name] = outcome.choice.uids
         if kept:
             self._scheduler_acted[ref.uid] = time.monotonic()
             self._blocked.pop(ref.uid, None)
         return kept, dropped
+
+    async def _among_all(self, ref: PodRef, priority: int, ledgers: list[NodeLedger], pdbs: list[Pdb],
+                         deadline: Callable[[], float]) -> list[tuple[NodeLedger, Outcome]]:
+        """Each node's choice among all its pods of lower priority than `priority`: judged from the ledger alone
+        (every model pod a candidate) on up to SHORTLIST nodes, then, on the READ cheapest of those, for real
+        with the pods read from the API (priority, labels for the PDBs, whether one is leaving already).
+        `deadline()` bounds each API call. Nodes no set could work on even from the ledger come back too."""
+        assert ref.demand is not None
+        rough: list[tuple[NodeLedger, Outcome]] = []
+        for ledger in ledgers[:SHORTLIST]:
+            everyone = [Candidate(uid, h.pod) for uid, h in ledger.holdings.items() if not h.assumed]
+            rough.append((ledger, choose(self.cluster, ref.demand, ledger, everyone, {})))
+            await asyncio.sleep(0)  # let requests in between nodes
+        possible = sorted((r for r in rough if r[1].choice is not None), key=lambda r: len(r[1].choice.victims))
+        out = [r for r in rough if r[1].choice is None]
+        allowed = {p.key: p.allowed for p in pdbs}
+        for ledger, _ in possible[:READ]:
+            pods = []
+            for uid in [u for u, h in ledger.holdings.items() if not h.assumed]:
+                obj = await self._victim_pod(uid, {}, deadline())
+                if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                    break  # a pod is leaving already: the next cycle may fit without evicting
+                found = candidate(obj, pdbs)
+                if found.priority < priority:
+                    pods.append(found)
+            else:
+                out.append((ledger, choose(self.cluster, ref.demand, ledger, pods, allowed)))
+                continue
+            out.append((ledger, Outcome(None, leaving=True)))
+        return out
 
     def _block(self, ref: PodRef, outcome: Outcome) -> None:
         if outcome.blocked_by:
@@ -215,42 +259,16 @@ class Preemption:
             log.exception("own preemption failed", extra={"verb": "preempt", "pod": ref.display})
 
     async def _plan(self, ref: PodRef, priority: int, refused: list[str]) -> Outcome:
-        assert ref.demand is not None
         ledgers = [ledger for ledger in map(self.cluster.ledger, refused) if ledger is not None]
         ledgers.sort(key=lambda ledger: -sum(ledger.free()))
-        # From the ledger alone, every model pod a candidate: which nodes could work at all, and at what cost.
-        rough = []
-        for ledger in ledgers[:SHORTLIST]:
-            everyone = [Candidate(uid, h.pod) for uid, h in ledger.holdings.items() if not h.assumed]
-            outcome = choose(self.cluster, ref.demand, ledger, everyone, {})
-            if outcome.choice is not None:
-                rough.append(outcome.choice)
-            await asyncio.sleep(0)  # let requests in between nodes
-        rough.sort(key=lambda c: len(c.victims))
-        deadline = time.monotonic() + API_SECONDS
-        pdbs = await self._pdbs(deadline)
-        allowed = {p.key: p.allowed for p in pdbs}
-        outcomes = []
-        blocked: set[str] = set()
-        for choice in rough[:READ]:
-            ledger = self.cluster.ledger(choice.node)
-            if ledger is None:
-                continue
-            pods = []
-            for uid in [u for u, h in ledger.holdings.items() if not h.assumed]:
-                deadline = time.monotonic() + API_SECONDS
-                obj = await self._victim_pod(uid, {}, deadline)
-                meta = obj.get("metadata") or {}
-                if meta.get("deletionTimestamp"):
-                    return Outcome(None)  # a pod is leaving already: the next cycle may fit without evicting
-                found = candidate(obj, pdbs)
-                if found.priority < priority:
-                    pods.append(found)
-            outcome = choose(self.cluster, ref.demand, ledger, pods, allowed)
-            blocked.update(outcome.blocked_by)
-            outcomes.append(outcome)
+        pdbs = await self._pdbs(time.monotonic() + API_SECONDS)
+        outcomes = [o for _, o in await self._among_all(ref, priority, ledgers, pdbs,
+                                                        lambda: time.monotonic() + API_SECONDS)]
+        if any(o.leaving for o in outcomes):
+            return Outcome(None)  # the next cycle may fit once that pod is gone
         best = best_node(outcomes)
-        return Outcome(best, () if best else tuple(sorted(blocked)))
+        blocked = sorted({p for o in outcomes for p in o.blocked_by})
+        return Outcome(best, () if best else tuple(blocked))
 
     async def _evict(self, ref: PodRef, choice: Choice) -> None:
         from server.kubeapi import EvictionError, evict_pod

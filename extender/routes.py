@@ -28,7 +28,7 @@ from extender import wire
 from extender.bind import OutOfTime, bind
 from extender.filter import Judge, PodRef, describe_demand, filter_nodes
 from extender.holds import Holds
-from extender.preempt import Preemption
+from extender.preempt import Preemption, pod_priority
 from extender.score import rank
 from placement.fit import fmt_free
 from server import metrics
@@ -208,7 +208,8 @@ async def handle_preempt(request: web.Request) -> web.Response:
 
     args, ref = await _read(request, "preempt", parse)
     try:
-        kept, dropped = await request.app[PREEMPTION].narrow(ref, args.victims, args.pods, deadline)
+        kept, dropped = await request.app[PREEMPTION].narrow(ref, pod_priority(args.pod), args.victims, args.pods,
+                                                              deadline)
     except OutOfTime:
         message = (f"reading PodDisruptionBudgets and victims for {ref.display} took longer than the "
                    f"{request.app[RUNTIME].call_budget:g} s this call may take; kube-scheduler retries the pod")
@@ -219,7 +220,8 @@ async def handle_preempt(request: web.Request) -> web.Response:
     metrics.PREEMPTIONS.labels("scheduler", "dropped").inc(len(dropped))
     log.info("preempt", extra={
         "verb": "preempt", "pod": ref.display, "nodes_in": len(args.victims), "nodes_out": len(kept),
-        "first_reasons": [f"{n}: {len(u)} of {len(args.victims[n])} victims" for n, u in islice(kept.items(), 3)]
+        "first_reasons": [f"{n}: {len(u)} victims, {len(set(u) & set(args.victims[n]))} of the scheduler's "
+                          f"{len(args.victims[n])}" for n, u in islice(kept.items(), 3)]
         + [f"{n}: {why}" for n, why in islice(dropped.items(), 3)] or None,
         "decision": "narrowed" if kept else "no-candidate", "duration_ms": round(ms, 3)})
     return response

@@ -54,9 +54,12 @@ class Choice:
 class Outcome:
     choice: Choice | None
     blocked_by: tuple[str, ...] = ()  # PDBs that forbade every set of victims that would have worked
+    leaving: bool = False  # a pod of the node is terminating already: its cores come free without evicting
 
     @property
     def why_not(self) -> str:
+        if self.leaving:
+            return "a pod there is terminating already; its cores come free without evicting more"
         if self.blocked_by:
             return ("evicting lower-priority pods would make room, but PodDisruptionBudget "
                     f"{', '.join(self.blocked_by)} allows no more disruptions")

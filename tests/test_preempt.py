@@ -1,6 +1,7 @@
 """NUMA-aware preemption. /preempt with the JSON kube-scheduler sends (ExtenderPreemptionArgs in both forms):
 the scheduler's victims, chosen by CPUs node-wide, narrowed to the fewest that free the NUMA node the pod then
-gets, honouring PodDisruptionBudgets, nodes where none do dropped. And our own path for nodes only our filter
+gets, or replaced by other lower-priority pods of the node where they free the wrong NUMA nodes, honouring
+PodDisruptionBudgets, nodes where none do dropped. And our own path for nodes only our filter
 refused (the scheduler offers no candidate there): the victims evicted through the Eviction API."""
 
 from __future__ import annotations
@@ -86,9 +87,20 @@ async def test_the_schedulers_victims_are_narrowed_to_the_fewest_on_one_numa_nod
 
 
 async def test_victims_that_free_cores_on_the_wrong_numa_nodes_drop_the_node(ext: Ext) -> None:
-    # low-c and low-d free 24 cores node-wide, 12 on each NUMA node: the pod fits on neither.
+    # low-c and low-d free 24 cores node-wide, 12 on each NUMA node: the pod fits on neither. With no API to
+    # read the other pods' priorities, none of them is named instead.
     answer = await ext.ok("/preempt", meta_args(preemptor(), {"cpu-a1": ["low-c", "low-d"], "cpu-a2": []}))
     assert chosen(answer) == {}
+
+
+async def test_where_the_schedulers_victims_free_the_wrong_numa_nodes_the_right_pods_of_the_node_are_named(
+        connected: Ext) -> None:
+    # The real kube-scheduler reprieves the longest-running pods first and sends what is left (tests/e2e): here
+    # low-c and low-d, 12 cores on each NUMA node. The scheduler evicts whichever pods of the node we name.
+    wrong = {"cpu-a1": ["low-c", "low-d"]}
+    assert chosen(await connected.ok("/preempt", meta_args(preemptor(), wrong))) == {"cpu-a1": ["low-b", "low-d"]}
+    # Only pods of lower priority than the preemptor's are named: none is below 5 (equal is spared).
+    assert chosen(await connected.ok("/preempt", meta_args(preemptor(priority=5), wrong))) == {}
 
 
 async def test_the_whole_pods_form_is_answered_with_uids(ext: Ext) -> None:
