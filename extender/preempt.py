@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
@@ -43,6 +44,8 @@ RETRY = 10.0  # after finding nothing to evict for a pod
 BLOCKED_SAYS = 60.0  # how long /filter's reasons for a pod say that PodDisruptionBudgets blocked its preemption
 SHORTLIST = 16  # nodes judged from the ledger alone, closest to fitting first
 READ = 4  # of those, the nodes whose pods are read from the API (priority, labels) and judged for real
+EVENT_REASON = "PreemptionBlocked"
+EVENT_SOURCE = "model-placement-extender"
 API_SECONDS = 5.0  # each API call of our own path (it runs in the background, not inside a scheduler call)
 
 
@@ -111,6 +114,8 @@ class Preemption:
         self._not_before: dict[str, float] = {}  # preemptor uid -> when our own path may act for it again
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._blocked: dict[str, tuple[float, str]] = {}  # preemptor uid -> (until when, which PDBs blocked it)
+        self._told: dict[str, float] = {}  # preemptor uid -> until when its PreemptionBlocked event stands
+        self._events: set[asyncio.Task[None]] = set()
 
     # -- reading the API ----------------------------------------------------------------------------
 
@@ -180,6 +185,8 @@ class Preemption:
         if kept:
             self._scheduler_acted[ref.uid] = time.monotonic()
             self._blocked.pop(ref.uid, None)
+        else:
+            self._tell_blocked(ref)
         return kept, dropped
 
     async def _among_all(self, ref: PodRef, priority: int, ledgers: list[NodeLedger], pdbs: list[Pdb],
@@ -216,6 +223,48 @@ class Preemption:
         if outcome.blocked_by:
             self._blocked[ref.uid] = (time.monotonic() + BLOCKED_SAYS, outcome.why_not)
 
+    def _tell_blocked(self, ref: PodRef) -> None:
+        """A Warning event on the pod when PodDisruptionBudgets blocked its preemption, once per BLOCKED_SAYS.
+        Where every node fails kube-scheduler's own filters (CPUs node-wide) /filter is never called, so its
+        reasons cannot say it, and the scheduler's FailedScheduling event reads only "preemption: no candidate
+        node for preemption"; `kubectl describe pod` shows this event beside it."""
+        until, why = self._blocked.get(ref.uid, (0.0, ""))
+        if until <= time.monotonic() or self._told.get(ref.uid, 0.0) > time.monotonic() \
+                or self.runtime.api_client is None:
+            return
+        now = time.monotonic()
+        self._told = {uid: t for uid, t in self._told.items() if t > now}
+        self._told[ref.uid] = now + BLOCKED_SAYS
+        task = asyncio.get_running_loop().create_task(self._post_event(ref, f"cannot preempt for this pod: {why}"))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+    async def _post_event(self, ref: PodRef, message: str) -> None:
+        from server.kubeapi import request
+
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {"apiVersion": "v1", "kind": "Event",
+                 "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
+                 "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ref.namespace, "name": ref.name,
+                                    "uid": ref.uid},
+                 "type": "Warning", "reason": EVENT_REASON, "message": message, "count": 1,
+                 "firstTimestamp": now, "lastTimestamp": now, "source": {"component": EVENT_SOURCE}}
+
+        def post(*, timeout: tuple[float, float]) -> int:
+            resp = request(self.runtime.api_client, "POST", f"/api/v1/namespaces/{quote(ref.namespace, safe='')}"
+                           "/events", body=event, timeout=timeout)
+            resp.drain_conn()
+            resp.release_conn()
+            return resp.status
+
+        try:
+            status = await api_call(post, time.monotonic() + API_SECONDS)
+        except (OutOfTime, OSError) as exc:
+            status, message = 0, f"{message} ({exc or 'no answer in time'})"
+        if not 200 <= status < 300:
+            log.warning("event not written", extra={"verb": "preempt", "pod": ref.display, "decision": "blocked",
+                                                    "reason": message, "count": status})
+
     def say_blocked(self, ref: PodRef, failed: dict[str, str]) -> dict[str, str]:
         """/filter's FailedNodes for the pod, saying so when PodDisruptionBudgets blocked its preemption lately:
         the reason then reaches the pod's FailedScheduling event, where its owner looks."""
@@ -249,6 +298,7 @@ class Preemption:
             if outcome.choice is None:
                 self._not_before[ref.uid] = time.monotonic() + RETRY
                 self._block(ref, outcome)
+                self._tell_blocked(ref)
                 metrics.PREEMPTIONS.labels("own", "none").inc()
                 log.info("no preemption", extra={"verb": "preempt", "pod": ref.display, "decision": "none",
                                                  "reason": outcome.why_not})

@@ -266,3 +266,35 @@ def test_a_pdb_moves_preemption_to_the_numa_node_it_does_not_protect(cluster: Cl
     roles = {role(v["metadata"]["name"]) for v in done.victims}
     assert len(roles) == 2 and roles <= {"a", "b", "d"}, roles
     assert_only(cluster, pool, done, roles)
+
+
+def test_a_pdb_protecting_every_victim_leaves_the_pod_pending_and_says_why(cluster: Cluster, pool: Pool) -> None:
+    budget = f"keep-all-{pool.name}"
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": budget, "namespace": LOW_NS, "labels": {"pool": pool.name}},
+        "spec": {"minAvailable": len(pool.before), "selector": {"matchLabels": {"pool": pool.name}}}}))
+    wait_until("the PDB counting its pods healthy", lambda: cluster.kubectl_json(
+        "-n", LOW_NS, "get", "pdb", budget).get("status", {}).get("currentHealthy") == len(pool.before), timeout=60)
+    name = f"urgent-{pool.name}"
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(urgent(pool, name)))
+
+    def events() -> dict[str, str] | None:
+        got = {e["reason"]: e["message"] for e in cluster.kubectl_json(
+            "-n", MODEL_NS, "get", "events", "--field-selector", f"involvedObject.name={name}")["items"]}
+        return got if {"FailedScheduling", "PreemptionBlocked"} <= set(got) else None
+
+    said = wait_until(f"{name}'s FailedScheduling and PreemptionBlocked events", events, timeout=60, every=0.5)
+    me = cluster.kubectl_json("-n", MODEL_NS, "get", "pod", name)
+    condition = next(c for c in me["status"]["conditions"] if c["type"] == "PodScheduled")
+    describe = cluster.kubectl("-n", MODEL_NS, "describe", "pod", name).stdout
+    record = {"events": said, "condition": condition, "describe_events": describe.split("Events:", 1)[-1]}
+    (cluster.root / f"preemption-{name}.json").write_text(json.dumps(record, indent=2))
+    print(json.dumps(record, indent=2))
+    assert not me["spec"].get("nodeName") and condition["status"] == "False"
+    assert "preemption: no candidate node for preemption" in condition["message"]
+    assert said["PreemptionBlocked"] == (
+        "cannot preempt for this pod: evicting lower-priority pods would make room, but PodDisruptionBudget "
+        f"{LOW_NS}/{budget} allows no more disruptions")
+    assert "PreemptionBlocked" in describe and budget in describe
+    assert not [p["metadata"]["name"] for p in low_pods(cluster, pool) if p["metadata"].get("deletionTimestamp")]
