@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple, Sequence
 
-from placement.demand import ModelDemand, round_up
+from placement.demand import ModelDemand, ranks_text, round_up
 from placement.ledger import Holding, NodeLedger
 from placement import nri
 from placement.topology import BalloonsPolicy, BalloonType
@@ -214,40 +214,64 @@ def _most_free(free: tuple[int, ...], count: int) -> list[int]:
     return sorted(range(len(free)), key=lambda i: (-free[i], i))[:count]
 
 
+class _Empty(NamedTuple):
+    """A demand's balloon on an empty node of one shape and policy: what no eviction changes."""
+
+    check: str  # FITS, or why not
+    reason: str
+    footprint: Footprint | None
+    step: nri.Step | None  # the plan `nri.place` walks on the node as it is
+    memory: int  # bytes on each of its NUMA nodes (pinMemory), 0 when not checked
+
+
+@lru_cache(maxsize=4096)
+def _on_empty(policy: BalloonsPolicy, name: str, milli: int, capacity: tuple[int, ...], tpc: int,
+              numa_memory: tuple[int, ...], memory_bytes: int, tp: int, pp: int, dp: int) -> _Empty:
+    # Memoised: a fleet has a few shapes and policies, and every node of one answers the same; the key is what
+    # the answer reads (a demand or a ledger would hash more, and differ per pod and per node).
+    empty = nri.plan_empty(policy, policy.balloon_type(name), milli, capacity, tpc)  # type: ignore[arg-type]
+    if isinstance(empty, nri.Refusal):
+        if empty.check in (INSUFFICIENT_FREE, BALLOON_NOT_NUMA_LOCAL):
+            return _Empty(FOOTPRINT_EXCEEDS_NODE, f"{empty.reason}, more than this node has even when empty "
+                                                  f"(at most {max(capacity)} model cores on a NUMA node)", None, None, 0)
+        return _Empty(empty.check, empty.reason, None, None, 0)
+    fp = _balloon_footprint(name, empty.per_numa, empty.cpus)
+    span = tp * pp * dp
+    memory = 0
+    if policy.pin_memory and numa_memory and memory_bytes:
+        memory = -(-memory_bytes // span)
+        room = sorted(numa_memory, reverse=True)[span - 1]
+        if memory > room:
+            return _Empty(MEMORY_EXCEEDS_NUMA,
+                          f"{ranks_text(tp, pp, dp)} pins {fmt_bytes(memory)} of memory to each of its {span} NUMA "
+                          f"node{'s' if span > 1 else ''} (pinMemory); nodes of this shape have {fmt_bytes(room)}",
+                          fp, None, 0)
+    if fp.numa_nodes != span:
+        return _Empty(RANKS_SHARE_NUMA,
+                      f"balloon type {name} puts the model on {fp.numa_nodes} NUMA node"
+                      f"{'s' if fp.numa_nodes != 1 else ''} but its {ranks_text(tp, pp, dp)} needs {span}, one "
+                      "per rank", fp, None, 0)
+    return _Empty(FITS, "", fp, nri.compile_type(policy, name, milli, tpc), memory)
+
+
 def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: str, own_free: bool) -> Fit:
     btype = _balloon_type(demand, ledger)
     if btype is None or not ledger.nri.running:
         return _nri_refusal(demand, ledger, node)
     policy: BalloonsPolicy = ledger.nri.policy  # type: ignore[assignment]
-    if demand.cpu_milli == 0:
+    milli = demand.cpu_milli
+    if milli == 0:
         return _refuse(node, NO_CPU, "the model container requests no CPU", False)
-    if demand.cpu_milli > nri.MAX_REQUEST_MILLI:
+    if milli > nri.MAX_REQUEST_MILLI:
         return _refuse(node, REQUEST_OVER_SHARES,
                        f"the model container requests {demand.cpus} CPUs, and the balloons plugin reads a request "
                        f"from its cpu.shares, which stop at {nri.MAX_REQUEST_MILLI // 1000} CPUs: the balloon would "
                        "be smaller than asked; split the model into more pods or request less", False)
-    tpc = ledger.threads_per_core
-    empty = nri.plan_empty(policy, btype, demand.cpu_milli, ledger.capacity, tpc)
-    if isinstance(empty, nri.Refusal):
-        if empty.check in (INSUFFICIENT_FREE, BALLOON_NOT_NUMA_LOCAL):
-            return _refuse(node, FOOTPRINT_EXCEEDS_NODE,
-                           f"{empty.reason}, more than this node has even when empty "
-                           f"(at most {ledger.capacity_desc[0]} model cores on a NUMA node)", False)
-        return _refuse(node, empty.check, empty.reason, False)
-    fp = _plan_footprint(demand, empty)
-    if policy.pin_memory and ledger.numa_memory and demand.memory_bytes:
-        per_rank = -(-demand.memory_bytes // demand.numa_nodes)
-        room = sorted(ledger.numa_memory, reverse=True)[demand.numa_nodes - 1]
-        if per_rank > room:
-            return _refuse(node, MEMORY_EXCEEDS_NUMA,
-                           f"{demand.ranks} pins {fmt_bytes(per_rank)} of memory to each of its "
-                           f"{demand.numa_nodes} NUMA node{'s' if demand.numa_nodes > 1 else ''} (pinMemory); "
-                           f"nodes of this shape have {fmt_bytes(room)}", False, fp)
-    if fp.numa_nodes != demand.numa_nodes:
-        return _refuse(node, RANKS_SHARE_NUMA,
-                       f"balloon type {btype.name} puts the model on {fp.numa_nodes} NUMA "
-                       f"node{'s' if fp.numa_nodes != 1 else ''} but its {demand.ranks} needs "
-                       f"{demand.numa_nodes}, one per rank", False, fp)
+    empty = _on_empty(policy, btype.name, milli, ledger.capacity, ledger.threads_per_core, ledger.numa_memory,
+                      demand.memory_bytes, demand.tp, demand.pp, demand.dp)
+    fp = empty.footprint
+    if empty.step is None:
+        return _refuse(node, empty.check, empty.reason, False, fp)
     own = demand.identity if own_free else None
     if btype.max_balloons > 0 and ledger.count_balloons(btype.name, exclude=own) >= btype.max_balloons:
         return _refuse(node, MAX_BALLOONS,
@@ -259,30 +283,29 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
                        f"balloon type {btype.name} has preferNewBalloons: false and a {btype.name} balloon already "
                        "runs here: the plugin would put this model into it, sharing its cores", True, fp)
     free = ledger.free(exclude=own)
-    placed = nri.plan(policy, btype, demand.cpu_milli, free, tpc, ledger.instances)
+    placed = nri.place(policy, empty.step, free, ledger.instances)
     if isinstance(placed, nri.Refusal):
         return _refuse(node, placed.check, placed.reason, True, fp)
-    fp = _plan_footprint(demand, placed)
-    if fp.numa_nodes != demand.numa_nodes:
+    fp = _balloon_footprint(btype.name, placed.per_numa, placed.cpus)
+    span = fp.numa_nodes
+    if span != demand.numa_nodes:
         return _refuse(node, RANKS_SHARE_NUMA,
                        f"needs {demand.numa_nodes} distinct NUMA nodes; with what runs here the plugin would put "
-                       f"its ranks on {fp.numa_nodes}", True, fp)
-    memory = 0
-    memory_after = None
-    if policy.pin_memory and ledger.numa_memory and demand.memory_bytes:
-        memory = -(-demand.memory_bytes // demand.numa_nodes)
-        memory_after = list(ledger.free_memory(exclude=own))
-        short = [i for i, _ in placed.per_numa if memory_after[i] < memory]
-        if short:
-            return _refuse(node, INSUFFICIENT_FREE_MEMORY,
-                           f"needs {fmt_bytes(memory)} free memory on each of its NUMA nodes (pinMemory); the "
-                           f"plugin would put it on NUMA node{'s' if len(placed.per_numa) > 1 else ''} "
-                           f"{', '.join(str(i) for i, _ in placed.per_numa)}", True, fp)
+                       f"its ranks on {span}", True, fp)
     after = list(free)
     for i, cores in placed.per_numa:
         after[i] -= cores
-        if memory_after is not None:
-            memory_after[i] -= memory
+    memory = empty.memory
+    if not memory:
+        return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types)
+    memory_after = list(ledger.free_memory(exclude=own))
+    for i, _ in placed.per_numa:
+        if memory_after[i] < memory:
+            return _refuse(node, INSUFFICIENT_FREE_MEMORY,
+                           f"needs {fmt_bytes(memory)} free memory on each of its NUMA nodes (pinMemory); the "
+                           f"plugin would put it on NUMA node{'s' if span > 1 else ''} "
+                           f"{', '.join(str(i) for i, _ in placed.per_numa)}", True, fp)
+        memory_after[i] -= memory
     return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy, memory_after), fp,
                placed.types, memory)
 

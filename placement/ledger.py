@@ -77,6 +77,11 @@ def shared_balloon_cpus(btype: BalloonType, milli: int, reserved: int) -> int:
     return cpus
 
 
+def _clamped(values: list[int]) -> tuple[int, ...]:
+    # The common case has nothing below zero: one pass to check is cheaper than clamping each value.
+    return tuple(values) if min(values, default=0) >= 0 else tuple(max(0, v) for v in values)
+
+
 @dataclass(slots=True)
 class NodeLedger:
     name: str
@@ -92,18 +97,23 @@ class NodeLedger:
     holdings: dict[str, Holding] = field(default_factory=dict)
     # uid -> (the balloon type its containers land in, "" off NRI; their CPU request in millicores)
     shared: dict[str, tuple[str, int]] = field(default_factory=dict)
-    _held: list[int] = field(init=False)
+    # Per NUMA node, model cores no model pod holds: capacity less holdings, kept as they change so that the
+    # first `free()` after a change is a copy (holdings never exceed capacity: `hold` refuses, `force_hold`
+    # clamps).
+    _avail: list[int] = field(init=False)
     _shared_total: int = field(init=False, default=0)
     _shared_by_type: dict[str, int] = field(init=False, default_factory=dict)
     _shared_count: dict[str, int] = field(init=False, default_factory=dict)
     _instances: dict[str, int] = field(init=False, default_factory=dict)
+    _instance_key: tuple[tuple[str, int], ...] | None = field(init=False, default=None)
+    _balloons: dict[str, int] = field(init=False, default_factory=dict)  # holdings per balloon type
     _free: tuple[int, ...] | None = field(init=False, default=None)
     # Per NUMA node, cores beyond the reserved cpuset the shared balloons really hold (the plugin's exported
     # zones); None: predicted from their requests.
     observed_shared: tuple[int, ...] | None = None
     numa_memory: tuple[int, ...] = ()  # bytes per NUMA node; (): unknown, memory is not checked
     memory_total: int = field(init=False)
-    _mem_held: list[int] = field(init=False)
+    _mem_avail: list[int] = field(init=False)  # the same for memory: NUMA memory less what model pods pin
     _shared_memory: dict[str, int] = field(init=False, default_factory=dict)
     _shared_memory_total: int = field(init=False, default=0)
     _free_memory: tuple[int, ...] | None = field(init=False, default=None)
@@ -118,8 +128,8 @@ class NodeLedger:
         self.capacity_desc = tuple(sorted(self.capacity, reverse=True))
         self.capacity_total = sum(self.capacity)
         self.shared_pool_cpus = len(self.topology.cpus) - self.capacity_total * self.topology.threads_per_core
-        self._held = [0] * self.topology.numa_count
-        self._mem_held = [0] * self.topology.numa_count
+        self._avail = list(self.capacity)
+        self._mem_avail = list(self.numa_memory) or [0] * self.topology.numa_count
         self.memory_total = sum(self.numa_memory)
 
     # -- what is free ------------------------------------------------------------------------------
@@ -148,13 +158,13 @@ class NodeLedger:
     def free(self, exclude: ModelIdentity | None = None) -> tuple[int, ...]:
         """Free model cores per NUMA node; capacity held by `exclude`'s own pods counts as free."""
         if exclude is not None and exclude in self._by_identity:
-            held = list(self._held)
+            avail = list(self._avail)
             for h in self._by_identity[exclude].values():
                 for numa, cores in h.per_numa:
-                    held[numa] -= cores
-            return self._spill_elastic(held)
+                    avail[numa] += cores
+            return self._spill_elastic(avail)
         if self._free is None:
-            self._free = self._spill_elastic(self._held)
+            self._free = self._spill_elastic(self._avail)
         return self._free
 
     def free_memory(self, exclude: ModelIdentity | None = None) -> tuple[int, ...]:
@@ -164,23 +174,24 @@ class NodeLedger:
             return ()
         if exclude is None and self._free_memory is not None:
             return self._free_memory
-        held = list(self._mem_held)
+        avail = self._mem_avail
         if exclude is not None:
+            avail = list(avail)
             for h in self._by_identity.get(exclude, {}).values():
                 for numa, _ in h.per_numa:
-                    held[numa] -= h.memory
+                    avail[numa] += h.memory
         spread = self._shared_memory_total // len(self.numa_memory)
-        free = tuple(max(0, cap - h - spread) for cap, h in zip(self.numa_memory, held))
+        free = _clamped([m - spread for m in avail] if spread else avail)
         if exclude is None:
             self._free_memory = free
         return free
 
-    def _spill_elastic(self, held: list[int]) -> tuple[int, ...]:
-        free = [cap - h for cap, h in zip(self.capacity, held)]
-        if not self._shared_by_type and self.observed_shared is None:
-            return tuple(max(0, f) for f in free)  # nothing shared: no balloon grows into model cores
+    def _spill_elastic(self, avail: list[int]) -> tuple[int, ...]:
         if self.observed_shared is not None:
-            return tuple(max(0, f - o) for f, o in zip(free, self.observed_shared))
+            return _clamped([a - o for a, o in zip(avail, self.observed_shared)])
+        if not self._shared_by_type:
+            return tuple(avail)  # nothing shared: no balloon grows into model cores
+        free = list(avail)
         policy = self.nri.policy
         # When some type prefers a NUMA node, every other type is pushed away from all of them in NUMA order
         # (fillFarFromDevices), so shared balloons grow into the highest NUMA node with room; otherwise the
@@ -194,7 +205,7 @@ class NodeLedger:
             if i < 0 or free[i] <= 0:
                 break
             free[i] -= 1
-        return tuple(max(0, f) for f in free)
+        return _clamped(free)
 
     # -- changes -----------------------------------------------------------------------------------
 
@@ -213,10 +224,13 @@ class NodeLedger:
 
     def _add(self, holding: Holding) -> None:
         for numa, cores in holding.per_numa:
-            self._held[numa] += cores
-            self._mem_held[numa] += holding.memory
+            self._avail[numa] -= cores
+            self._mem_avail[numa] -= holding.memory
         for name in holding.types:
             self._instances[name] = self._instances.get(name, 0) + 1
+        if holding.balloon_type is not None:
+            self._balloons[holding.balloon_type] = self._balloons.get(holding.balloon_type, 0) + 1
+        self._instance_key = None
         self.holdings[holding.uid] = holding
         if holding.identity is not None:
             self._by_identity.setdefault(holding.identity, {})[holding.uid] = holding
@@ -242,10 +256,13 @@ class NodeLedger:
         if holding is None:
             return None
         for numa, cores in holding.per_numa:
-            self._held[numa] -= cores
-            self._mem_held[numa] -= holding.memory
+            self._avail[numa] += cores
+            self._mem_avail[numa] += holding.memory
         for name in holding.types:
             self._instances[name] -= 1
+        if holding.balloon_type is not None:
+            self._balloons[holding.balloon_type] -= 1
+        self._instance_key = None
         if holding.identity is not None:
             group = self._by_identity.get(holding.identity)
             if group is not None:
@@ -293,15 +310,17 @@ class NodeLedger:
 
     def count_balloons(self, balloon_type: str, exclude: ModelIdentity | None = None) -> int:
         """Balloons of this type made for pods (maxBalloons counts these, not components of composites)."""
-        return sum(
-            1 for h in self.holdings.values()
-            if h.balloon_type == balloon_type and (exclude is None or h.identity != exclude)
-        )
+        count = self._balloons.get(balloon_type, 0)
+        if exclude is not None and count:
+            count -= sum(1 for h in self._by_identity.get(exclude, {}).values() if h.balloon_type == balloon_type)
+        return count
 
     @property
     def instance_key(self) -> tuple[tuple[str, int], ...]:
         """Every balloon type's instance count: what `instances` answers, as one hashable value."""
-        return tuple(sorted((k, v) for k, v in self._instances.items() if v))
+        if self._instance_key is None:
+            self._instance_key = tuple(sorted((k, v) for k, v in self._instances.items() if v))
+        return self._instance_key
 
     @property
     def instances(self) -> Mapping[str, int]:

@@ -62,7 +62,11 @@ def plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: tuple[int
          instances: Instances = _NONE) -> Plan | Refusal:
     """The balloon the plugin creates for a container of `milli` CPU in `btype`, on a node with `free` whole
     cores per NUMA node and `instances` balloons of each type."""
-    step = _compile(policy, btype.name, milli, tpc)
+    return place(policy, compile_type(policy, btype.name, milli, tpc), free, instances)
+
+
+def place(policy: BalloonsPolicy, step: Step, free: tuple[int, ...], instances: Instances = _NONE) -> Plan | Refusal:
+    """`plan` for a type compiled by `compile_type`."""
     left = list(free)
     parts: dict[int, int] = {}
     types: list[str] = []
@@ -94,20 +98,22 @@ class _Balloon(NamedTuple):
 
 class _All(NamedTuple):
     name: str
-    steps: tuple[_Step, ...]  # one balloon per component, in order
+    steps: tuple[Step, ...]  # one balloon per component, in order
 
 
 class _Fewest(NamedTuple):
     name: str
-    steps: tuple[_Step, ...]  # balance-balloons: one of these
+    steps: tuple[Step, ...]  # balance-balloons: one of these
     closures: tuple[tuple[str, ...], ...]  # each one's type with every type it is made of
 
 
-_Step = _Balloon | _All | _Fewest | Refusal
+Step = _Balloon | _All | _Fewest | Refusal
 
 
 @lru_cache(maxsize=4096)
-def _compile(policy: BalloonsPolicy, name: str, milli: int, tpc: int) -> _Step:
+def compile_type(policy: BalloonsPolicy, name: str, milli: int, tpc: int) -> Step:
+    """What the plugin does for a container of `milli` CPU in the policy's type `name` on nodes of SMT width
+    `tpc`, but for the NUMA nodes: what `place` walks."""
     # Keyed by the type's name: hashing a BalloonType (a dozen fields) would cost more than the lookup saves.
     btype: BalloonType = policy.balloon_type(name)  # type: ignore[assignment]
     asked = max(1, math.ceil(milli / 1000))
@@ -124,10 +130,10 @@ def _compile(policy: BalloonsPolicy, name: str, milli: int, tpc: int) -> _Step:
                        f"composite balloon type {name} names component type {missing[0]}, which the "
                        "BalloonsPolicy does not define", False)
     if btype.component_creation == COMPONENT_BALANCE:
-        return _Fewest(name, tuple(_compile(policy, c, milli, tpc) for c in btype.components),
+        return _Fewest(name, tuple(compile_type(policy, c, milli, tpc) for c in btype.components),
                        tuple(_closure(policy, c) for c in btype.components))
     share = milli // len(btype.components)
-    return _All(name, tuple(_compile(policy, c, share, tpc) for c in btype.components))
+    return _All(name, tuple(compile_type(policy, c, share, tpc) for c in btype.components))
 
 
 def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
@@ -140,7 +146,7 @@ def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _run(policy: BalloonsPolicy, step: _Step, free: list[int], instances: Instances, parts: dict[int, int],
+def _run(policy: BalloonsPolicy, step: Step, free: list[int], instances: Instances, parts: dict[int, int],
          types: list[str]) -> int | Refusal:
     """Place `step`'s balloon(s) into `free` (updated), recording them in `parts` and `types`; the logical CPUs
     they hold, or why the plugin would fail the container or leave its NUMA node."""
