@@ -65,7 +65,6 @@ class Verdict:
     allowed: bool
     check: str  # "fits" or the id of the check that refused
     message: str  # the whole explanation; empty when it simply fits
-    fits: tuple[fitmod.Fit, ...] = ()  # every eligible node, feasible first, best score first
     notes: tuple[str, ...] = field(default=())  # admitted, but worth telling (e.g. the best-effort fallback)
 
 def _names(ledgers: Sequence[NodeLedger], limit: int = 4) -> str:
@@ -113,8 +112,19 @@ def preflight(
     be scheduled (after our mutation), so affinity and the AMX requirement are in it."""
     if demand.problems:
         return Verdict(False, POD_SPEC, "; ".join(demand.problems))
-    eligible = cluster.eligible(spec)
-    resolution = resolution or resolve_policy(demand, eligible, cluster.settings.nri_enabled)
+    resolution = resolution or resolve_policy(demand, cluster.iter_eligible(spec), cluster.settings.nri_enabled)
+    resolved = replace(demand, resolved_policy=resolution.policy)
+    # A node where one pod fits is eligible and has NUMA nodes enough, which settles every check that reads the
+    # nodes before the fits: a single pod is judged up to the first such node by name, not on every node (at
+    # 5,000 nodes that was most of a second). Only a refusal, or replicas, needs them all.
+    eligible: list[NodeLedger] = []
+    fits: list[fitmod.Fit] = []
+    for ledger in cluster.iter_eligible(spec):
+        eligible.append(ledger)
+        fits.append(cluster.fit_admission(resolved, ledger))
+        if replicas == 1 and fits[-1].ok:
+            break
+    found = bool(fits) and fits[-1].ok and replicas == 1
     what = f"{demand.pod} (model container {demand.container!r}, {demand.cpus} CPUs, TP={demand.tp})"
     if not eligible:
         return Verdict(False, NO_ELIGIBLE_NODE,
@@ -148,6 +158,8 @@ def preflight(
     notes: tuple[str, ...] = ()
     if demand.requested_policy == "nri-balloons" and resolution.policy != "nri-balloons":
         if explicit and resolution.reason == NRI_FALLBACK:
+            if found:
+                eligible = cluster.eligible(spec)
             return Verdict(False, fitmod.BALLOON_TYPE_MISSING,
                            f"{demand.pod} asks for balloon type {demand.balloon_type}, which no BalloonsPolicy "
                            f"defines for the {len(eligible)} eligible nodes ({_names(eligible)}) with a running "
@@ -156,9 +168,8 @@ def preflight(
                            f"{cluster.settings.nri_balloon_prefix}{demand.tp}.")
         if resolution.reason == NRI_FALLBACK:
             notes = (f"{demand.pod} {fallback_text(demand)}",)
-    resolved = replace(demand, resolved_policy=resolution.policy)
-
-    fits = [cluster.fit_admission(resolved, ledger) for ledger in eligible]
+    if found:
+        return Verdict(True, fitmod.FITS, "", notes)
     ranked = rank(fits)
     feasible = [f for f in ranked if f.ok]
     if not feasible:
@@ -175,8 +186,8 @@ def preflight(
                            f"({fitmod.nominal_footprint(resolved, cluster.settings.mm_kubelet_threads_per_core).describe()} each; "
                            f"{len(feasible)} of {len(eligible)} eligible nodes have room now). "
                            f"Use replicas: {placed} or fewer, lower the CPU request, or free capacity.",
-                           ranked, notes)
-    return Verdict(True, fitmod.FITS, "", ranked, notes)
+                           notes)
+    return Verdict(True, fitmod.FITS, "", notes)
 
 
 def _simulate_replicas(demand: ModelDemand, eligible: Sequence[NodeLedger], cluster: ClusterState,
@@ -219,7 +230,6 @@ def _fewer_ranks(demand: ModelDemand, numa: int) -> str:
 
 def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked: Sequence[fitmod.Fit],
                     cluster: ClusterState) -> Verdict:
-    every = tuple(ranked)
     # Nodes with too few NUMA nodes are beside the point once some node has enough.
     ranked = [f for f in ranked if f.check != fitmod.TP_EXCEEDS_NUMA] or list(ranked)
     by_node = {ledger.name: ledger for ledger in eligible}
@@ -245,10 +255,9 @@ def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked:
             return Verdict(False, fitmod.FOOTPRINT_EXCEEDS_NODE,
                            f"{asked}, more than any of the {len(eligible)} eligible node"
                            f"{'s' if len(eligible) != 1 else ''} with ≥{demand.numa_nodes} NUMA nodes has even when "
-                           f"empty (largest: {best.name}, {max(best.capacity)} model cores per NUMA node). {advice}.",
-                           every)
+                           f"empty (largest: {best.name}, {max(best.capacity)} model cores per NUMA node). {advice}.")
         detail = "; ".join(f"{f.node}: {f.reason}" for f in ranked[:3]) + ("; …" if len(ranked) > 3 else "")
-        return Verdict(False, first.check, f"{asked}, and no eligible node can ever hold it: {detail}", every)
+        return Verdict(False, first.check, f"{asked}, and no eligible node can ever hold it: {detail}")
     # It could fit an empty node: what is in the way is other pods.
     top = sorted(resolvable, key=lambda f: -sum(by_node[f.node].free()))[:3]
     free_text = "; ".join(f"{f.node}: {fitmod.fmt_free(by_node[f.node], by_node[f.node].free())}" for f in top)
@@ -256,8 +265,7 @@ def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked:
     return Verdict(False, fitmod.INSUFFICIENT_FREE,
                    f"{asked}; none of the {len(eligible)} eligible nodes has that free now (most free: {free_text}; "
                    f"{why}). Scale down or delete another model on these nodes, lower the CPU request, or add "
-                   "capacity.",
-                   every)
+                   "capacity.")
 
 
 def _room_when_empty(ledger: NodeLedger, demand: ModelDemand) -> int:
