@@ -67,13 +67,31 @@ def plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: tuple[int
 
 def place(policy: BalloonsPolicy, step: Step, free: tuple[int, ...], instances: Instances = _NONE) -> Plan | Refusal:
     """`plan` for a type compiled by `compile_type`."""
-    left = list(free)
-    parts: dict[int, int] = {}
+    parts: list[tuple[int, int]] = []
     types: list[str] = []
-    cpus = _run(policy, step, left, instances, parts, types)
+    cpus = _run(policy, step, list(free), instances, parts, types)
     if isinstance(cpus, Refusal):
         return cpus
-    return Plan(tuple(sorted(parts.items())), tuple(types), cpus)
+    return Plan(_by_numa(parts), tuple(types), cpus)
+
+
+def _by_numa(parts: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """(NUMA node, cores) by NUMA id, the balloons that share a NUMA node added up."""
+    last = -1
+    for numa, _ in parts:
+        if numa <= last:
+            break
+        last = numa
+    else:  # the usual case: one balloon, or one per NUMA node in NUMA order
+        return tuple(parts)
+    parts.sort()
+    merged = parts[:1]
+    for numa, cores in parts[1:]:
+        if numa == merged[-1][0]:
+            merged[-1] = (numa, merged[-1][1] + cores)
+        else:
+            merged.append((numa, cores))
+    return tuple(merged)
 
 
 def plan_empty(policy: BalloonsPolicy, btype: BalloonType, milli: int, capacity: tuple[int, ...], tpc: int
@@ -146,18 +164,21 @@ def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _run(policy: BalloonsPolicy, step: Step, free: list[int], instances: Instances, parts: dict[int, int],
+def _run(policy: BalloonsPolicy, step: Step, free: list[int], instances: Instances, parts: list[tuple[int, int]],
          types: list[str]) -> int | Refusal:
     """Place `step`'s balloon(s) into `free` (updated), recording them in `parts` and `types`; the logical CPUs
     they hold, or why the plugin would fail the container or leave its NUMA node."""
     if isinstance(step, _Balloon):
         btype = step.btype
         types.append(btype.name)
-        numa = _numa_for(policy, btype, step.cores, free)
-        if isinstance(numa, Refusal):
-            return numa
-        free[numa] -= step.cores
-        parts[numa] = parts.get(numa, 0) + step.cores
+        cores = step.cores
+        numa = btype.close_numa
+        if numa is None or numa >= len(free) or free[numa] < cores:  # else the NUMA node it prefers, at once
+            numa = _numa_for(policy, btype, cores, free)
+            if isinstance(numa, Refusal):
+                return numa
+        free[numa] -= cores
+        parts.append((numa, cores))
         return step.cpus
     if isinstance(step, Refusal):
         return step
