@@ -67,6 +67,11 @@ def plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: tuple[int
 
 def place(policy: BalloonsPolicy, step: Step, free: tuple[int, ...], instances: Instances = _NONE) -> Plan | Refusal:
     """`plan` for a type compiled by `compile_type`."""
+    if isinstance(step, Refusal):
+        return step
+    pinned = step.pinned[_fewest(step, instances)] if isinstance(step, _Fewest) else step.pinned
+    if pinned is not None and _has_room(pinned.per_numa, free):
+        return pinned
     parts: list[tuple[int, int]] = []
     types: list[str] = []
     cpus = _run(policy, step, list(free), instances, parts, types)
@@ -75,23 +80,21 @@ def place(policy: BalloonsPolicy, step: Step, free: tuple[int, ...], instances: 
     return Plan(_by_numa(parts), tuple(types), cpus)
 
 
+def _has_room(per_numa: tuple[tuple[int, int], ...], free: tuple[int, ...]) -> bool:
+    for numa, cores in per_numa:
+        if numa >= len(free) or free[numa] < cores:
+            return False
+    return True
+
+
 def _by_numa(parts: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     """(NUMA node, cores) by NUMA id, the balloons that share a NUMA node added up."""
-    last = -1
-    for numa, _ in parts:
-        if numa <= last:
-            break
-        last = numa
-    else:  # the usual case: one balloon, or one per NUMA node in NUMA order
+    if len(parts) == 1:
         return tuple(parts)
-    parts.sort()
-    merged = parts[:1]
-    for numa, cores in parts[1:]:
-        if numa == merged[-1][0]:
-            merged[-1] = (numa, merged[-1][1] + cores)
-        else:
-            merged.append((numa, cores))
-    return tuple(merged)
+    merged: dict[int, int] = {}
+    for numa, cores in parts:
+        merged[numa] = merged.get(numa, 0) + cores
+    return tuple(sorted(merged.items()))
 
 
 def plan_empty(policy: BalloonsPolicy, btype: BalloonType, milli: int, capacity: tuple[int, ...], tpc: int
@@ -112,17 +115,20 @@ class _Balloon(NamedTuple):
     btype: BalloonType
     cores: int
     cpus: int
+    pinned: Plan | None  # the type prefers a NUMA node: its plan wherever that node has room
 
 
 class _All(NamedTuple):
     name: str
     steps: tuple[Step, ...]  # one balloon per component, in order
+    pinned: Plan | None  # every balloon's type prefers a NUMA node: the plan wherever they all have room
 
 
 class _Fewest(NamedTuple):
     name: str
     steps: tuple[Step, ...]  # balance-balloons: one of these
     closures: tuple[tuple[str, ...], ...]  # each one's type with every type it is made of
+    pinned: tuple[Plan | None, ...]  # per step, as _All's
 
 
 Step = _Balloon | _All | _Fewest | Refusal
@@ -141,17 +147,30 @@ def compile_type(policy: BalloonsPolicy, name: str, milli: int, tpc: int) -> Ste
                        False)
     if not btype.composite:
         cpus = balloon_cpus(btype, milli)
-        return _Balloon(btype, cpus if policy.spreads(btype) else math.ceil(cpus / tpc), cpus)
+        cores = cpus if policy.spreads(btype) else math.ceil(cpus / tpc)
+        k = btype.close_numa
+        return _Balloon(btype, cores, cpus, None if k is None else Plan(((k, cores),), (name,), cpus))
     missing = [c for c in btype.components if policy.balloon_type(c) is None]
     if missing:
         return Refusal(BALLOON_TYPE_MISSING,
                        f"composite balloon type {name} names component type {missing[0]}, which the "
                        "BalloonsPolicy does not define", False)
     if btype.component_creation == COMPONENT_BALANCE:
-        return _Fewest(name, tuple(compile_type(policy, c, milli, tpc) for c in btype.components),
-                       tuple(_closure(policy, c) for c in btype.components))
-    share = milli // len(btype.components)
-    return _All(name, tuple(compile_type(policy, c, share, tpc) for c in btype.components))
+        steps = tuple(compile_type(policy, c, milli, tpc) for c in btype.components)
+        return _Fewest(name, steps, tuple(_closure(policy, c) for c in btype.components),
+                       tuple(_pinned(name, (step,)) for step in steps))
+    steps = tuple(compile_type(policy, c, milli // len(btype.components), tpc) for c in btype.components)
+    return _All(name, steps, _pinned(name, steps))
+
+
+def _pinned(name: str, steps: tuple[Step, ...]) -> Plan | None:
+    """The plan of composite `name` made of `steps` when each of them has a plan of its own wherever there is
+    room (a balloon of a type that prefers a NUMA node, or such composites); else None."""
+    plans = [None if isinstance(step, (_Fewest, Refusal)) else step.pinned for step in steps]
+    if None in plans:
+        return None
+    return Plan(_by_numa([part for plan in plans for part in plan.per_numa]),  # type: ignore[union-attr]
+                (name, *(t for plan in plans for t in plan.types)), sum(plan.cpus for plan in plans))  # type: ignore[union-attr]
 
 
 def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
@@ -172,11 +191,9 @@ def _run(policy: BalloonsPolicy, step: Step, free: list[int], instances: Instanc
         btype = step.btype
         types.append(btype.name)
         cores = step.cores
-        numa = btype.close_numa
-        if numa is None or numa >= len(free) or free[numa] < cores:  # else the NUMA node it prefers, at once
-            numa = _numa_for(policy, btype, cores, free)
-            if isinstance(numa, Refusal):
-                return numa
+        numa = _numa_for(policy, btype, cores, free)
+        if isinstance(numa, Refusal):
+            return numa
         free[numa] -= cores
         parts.append((numa, cores))
         return step.cpus
@@ -184,17 +201,7 @@ def _run(policy: BalloonsPolicy, step: Step, free: list[int], instances: Instanc
         return step
     types.append(step.name)
     if isinstance(step, _Fewest):
-        # balloonsByDefIncludingComponents: the component whose type, with every type it is composed of, has
-        # the fewest balloons, ties to the first listed. A block of NUMA nodes is thus chosen by how many
-        # balloons its NUMA nodes already hold.
-        best, fewest = 0, -1
-        for i, closure in enumerate(step.closures):
-            count = 0
-            for name in closure:
-                count += instances.get(name, 0)
-            if fewest < 0 or count < fewest:
-                best, fewest = i, count
-        return _run(policy, step.steps[best], free, instances, parts, types)
+        return _run(policy, step.steps[_fewest(step, instances)], free, instances, parts, types)
     total = 0
     for sub in step.steps:
         cpus = _run(policy, sub, free, instances, parts, types)
@@ -202,6 +209,20 @@ def _run(policy: BalloonsPolicy, step: Step, free: list[int], instances: Instanc
             return cpus
         total += cpus
     return total
+
+
+def _fewest(step: _Fewest, instances: Instances) -> int:
+    """balloonsByDefIncludingComponents: the component whose type, with every type it is composed of, has the
+    fewest balloons, ties to the first listed. A block of NUMA nodes is thus chosen by how many balloons its
+    NUMA nodes already hold."""
+    best, fewest = 0, -1
+    for i, closure in enumerate(step.closures):
+        count = 0
+        for name in closure:
+            count += instances.get(name, 0)
+        if fewest < 0 or count < fewest:
+            best, fewest = i, count
+    return best
 
 
 def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list[int]) -> int | Refusal:
