@@ -4,6 +4,7 @@ scores, and the invariants under any sequence of place / release / assume."""
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -126,6 +127,16 @@ def test_max_balloons_is_resolvable_and_max_cpus_is_compared_with_the_request() 
     assert (over.check, over.resolvable) == (fitmod.BALLOON_TYPE_CAPPED, False) and "maxCPUs=8" in over.reason
 
 
+def test_a_model_at_max_balloons_may_replace_its_own_pods_but_another_model_may_not() -> None:
+    led = ledger([16, 16], policy=plain(max_balloons=1))
+    assert fitmod.place(led, "a", demand(2, model="m"), 2, "MostAllocated").ok
+    assert fitmod.fit(demand(2, model="m"), led, 2, "MostAllocated", own_free=True).ok  # admission: a rollout
+    assert fitmod.fit(demand(2, model="m"), led, 2, "MostAllocated").check == fitmod.MAX_BALLOONS  # scheduler
+    assert fitmod.fit(demand(2, model="other"), led, 2, "MostAllocated", own_free=True).check == fitmod.MAX_BALLOONS
+    led.release("a")
+    assert fitmod.fit(demand(2, model="other"), led, 2, "MostAllocated").ok
+
+
 def test_shared_containers_take_model_cores_only_where_their_balloon_grows() -> None:
     # The generated policy's reserved balloon holds the reserved cpuset (4 CPUs here) and grows past it.
     led = ledger([16, 16])
@@ -214,6 +225,12 @@ def test_free_never_negative_and_fit_agrees_with_place(shape, sequence) -> None:
             for n, c in h.per_numa:
                 held[n] += c
         assert all(h <= cap for h, cap in zip(held, led.capacity))  # nothing promised twice
+        if not led.shared:  # what the ledger keeps as holdings change is what its holdings add up to
+            assert free == tuple(cap - h for cap, h in zip(led.capacity, held))
+        balloons = Counter(t for h in led.holdings.values() for t in h.types)
+        assert led.instance_key == tuple(sorted(balloons.items()))
+        assert all(led.count_balloons(t) == sum(1 for h in led.holdings.values() if h.balloon_type == t)
+                   for t in balloons)
         if (led.holdings, led.shared) != before:
             assert led.stamp != stamp  # what the extender remembers of the node is no longer taken as true
         now += 1
