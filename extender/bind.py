@@ -5,7 +5,8 @@ seen at /filter (kept by uid), else from the cluster state, else (when connected
 cores are held *before* the API call and before answering (already at /prioritize when it was this
 node: `holds`), so the next scheduling cycle cannot be promised them; a binding the apiserver refused
 releases them. kube-scheduler gives the whole call `httpTimeout`: every API call gets what is left of
-one deadline, and an answer is sent before it passes. With a `--cluster` snapshot there is no API: the
+one deadline, and an answer is sent before it passes. The API calls run on the event loop
+(`server.kubeapi.LoopApi`), not in worker threads. With a `--cluster` snapshot there is no API: the
 bind only updates the ledger. Every failure is an `{"Error": …}` answer, never an exception.
 """
 
@@ -14,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote
+from typing import Any, TypeVar
+
+import orjson
 
 from extender.filter import Judge, PodRef
 from extender.holds import Holds
@@ -43,6 +45,21 @@ async def api_call(call: Callable[..., Any], deadline: float, *args: Any) -> Any
                                                                              remaining)))
     try:
         return await asyncio.wait_for(job, remaining)
+    except TimeoutError:
+        raise OutOfTime from None
+
+
+T = TypeVar("T")
+
+
+async def loop_call(call: Callable[..., Awaitable[T]], deadline: float, *args: Any) -> T:
+    """`call(*args, timeout=…, connect_timeout=…)` on the event loop, given what is left until `deadline`;
+    OutOfTime when it is spent (the apiserver may still act on the request: its outcome is then unknown)."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise OutOfTime
+    try:
+        return await call(*args, timeout=remaining, connect_timeout=CONNECT_TIMEOUT)
     except TimeoutError:
         raise OutOfTime from None
 
@@ -74,14 +91,13 @@ async def _pod(runtime: Runtime, judge: Judge, args: BindArgs, deadline: float) 
     rec = runtime.cluster.pods.get(args.uid)
     if rec is not None and (rec.namespace, rec.name) == (args.namespace, args.pod_name):
         return Judge.ref(rec.uid, rec.namespace, rec.name, f"{rec.namespace}/{rec.name}", "", rec.model)
-    if runtime.api_client is None:
+    if runtime.api is None:
         raise _Refused("unknown-pod", f"pod {args.pod} ({args.uid}) was not seen at /filter and the "
                                       "extender has no API connection to read it")
-    from server.kubeapi import get_json  # the kubernetes client: only when connected
+    from server.kubeapi import pod_path  # the kubernetes client: only when connected
 
-    path = f"/api/v1/namespaces/{quote(args.namespace, safe='')}/pods/{quote(args.pod_name, safe='')}"
     try:
-        pod = await api_call(get_json, deadline, runtime.api_client, path)
+        pod = orjson.loads(await loop_call(runtime.api.call, deadline, "GET", pod_path(args.namespace, args.pod_name)))
     except OutOfTime:
         raise _Refused("timeout", _late(args, runtime, "reading the pod")) from None
     except Exception as exc:  # the apiserver's own message
@@ -125,7 +141,7 @@ async def bind(runtime: Runtime, judge: Judge, holds: Holds, args: BindArgs, dea
             result = fit.check if fit.check in ("unknown-node", "already-bound") else "no-fit"
             return Bound(fit.reason, result)
         assumed = True
-    if runtime.api_client is None:
+    if runtime.api is None:
         # A snapshot has no watch to confirm the binding, and no API to make it: the ledger is the record.
         if assumed:
             cluster.confirm(args.uid)
@@ -133,7 +149,7 @@ async def bind(runtime: Runtime, judge: Judge, holds: Holds, args: BindArgs, dea
     from server.kubeapi import bind_pod
 
     try:
-        await api_call(bind_pod, deadline, runtime.api_client, args.namespace, args.pod_name, args.uid, args.node)
+        await loop_call(bind_pod, deadline, runtime.api, args.namespace, args.pod_name, args.uid, args.node)
     except OutOfTime:
         # The apiserver may yet bind it: the cores stay assumed until the watch shows the pod, or they expire.
         return Bound(_late(args, runtime, "the binding"), "timeout")

@@ -53,6 +53,7 @@ def add_routes(app: web.Application) -> None:
     app[HOLDS] = Holds(app[RUNTIME].cluster)
     app[PREEMPTION] = Preemption(app[RUNTIME], app[JUDGE])
     app.cleanup_ctx.append(_warm_verdicts)
+    app.cleanup_ctx.append(_loop_api)
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/prioritize", handle_prioritize)
     app.router.add_post("/preempt", handle_preempt)
@@ -80,6 +81,20 @@ async def _warm_verdicts(app: web.Application) -> AsyncIterator[None]:
     task.cancel()
     with suppress(asyncio.CancelledError):
         await task
+
+
+async def _loop_api(app: web.Application) -> AsyncIterator[None]:
+    """/bind's API calls, on the event loop, while the app runs."""
+    runtime = app[RUNTIME]
+    if runtime.api_client is None:
+        yield
+        return
+    from server.kubeapi import LoopApi  # aiohttp's client and the kubernetes client: only when connected
+
+    runtime.api = LoopApi(runtime.api_client)
+    yield
+    await runtime.api.close()
+    runtime.api = None
 
 
 def _judge(request: web.Request) -> Judge:

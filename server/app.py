@@ -33,6 +33,7 @@ class Runtime:
     cluster: ClusterState
     source: Any = None  # a KubeSource when connected to a cluster; None for a --cluster snapshot
     api_client: Any = None  # kubernetes.client.ApiClient for pods/binding, when connected
+    api: Any = None  # server.kubeapi.LoopApi over api_client, while the extender app runs
     draining: bool = False
     extender_body_limit: int = EXTENDER_BODY_LIMIT
     # The whole of one extender call (/bind, /preempt) must end within kube-scheduler's httpTimeout.

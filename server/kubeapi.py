@@ -2,18 +2,27 @@
 
 The generated model classes are bypassed on purpose (``param_serialize`` + ``call_api`` give the urllib3 response
 unread, the ``_preload_content=False`` path): deserializing a pod list into models costs ~8x ``orjson.loads``.
+The client is synchronous, so the watches run it in threads; calls made while serving a request (``LoopApi``) go
+through aiohttp on the event loop instead, with the same host, credentials and TLS.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import ssl
+from typing import Any, Protocol
 from urllib.parse import quote
 
+import aiohttp
 import orjson
 import urllib3
 from kubernetes import client, config
 
 DEFAULT_TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
+
+
+class _Answer(Protocol):
+    status: int
+    reason: str | None
 
 
 class KubeApiError(Exception):
@@ -27,7 +36,7 @@ class KubeApiError(Exception):
         super().__init__(f"{context}: {text}" if context else text)
 
     @classmethod
-    def from_response(cls, resp: urllib3.BaseHTTPResponse, body: bytes, *, context: str = "") -> KubeApiError:
+    def from_response(cls, resp: _Answer, body: bytes, *, context: str = "") -> KubeApiError:
         reason, message = resp.reason or "", ""
         try:
             doc = orjson.loads(body)
@@ -64,6 +73,20 @@ def make_api_client(
     return client.ApiClient(cfg)
 
 
+def _serialize(api_client: client.ApiClient, method: str, path: str, query: dict[str, Any] | None,
+               body: Any) -> tuple[str, str, dict[str, str], Any, Any]:
+    """(method, url, headers, body, post_params) with the client's host and credentials (a rotated
+    ServiceAccount token or an exec plugin's is refreshed here)."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
+    return api_client.param_serialize(  # type: ignore[no-any-return]
+        method=method, resource_path=path, query_params=params, header_params=headers, body=body,
+        auth_settings=["BearerToken"],
+    )
+
+
 def request(
     api_client: client.ApiClient,
     method: str,
@@ -77,15 +100,62 @@ def request(
 
     The caller reads (or streams) the body and then calls ``release_conn()`` (fully read) or ``close()``.
     """
-    headers = {"Accept": "application/json"}
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
-    serialized = api_client.param_serialize(
-        method=method, resource_path=path, query_params=params, header_params=headers, body=body,
-        auth_settings=["BearerToken"],
-    )
-    return api_client.call_api(*serialized, _request_timeout=timeout).response
+    return api_client.call_api(*_serialize(api_client, method, path, query, body), _request_timeout=timeout).response
+
+
+def _ssl_context(cfg: client.Configuration) -> ssl.SSLContext:
+    """What the client's urllib3 pool verifies and presents, for aiohttp."""
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert, cadata=cfg.ca_cert_data)
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif cfg.assert_hostname is False:
+        ctx.check_hostname = False
+    return ctx
+
+
+class LoopApi:
+    """The apiserver from the event loop: ``api_client``'s host, credentials and TLS, over one aiohttp pool of
+    keep-alive connections. kube-scheduler waits on /bind's API call; in a worker thread it paid the hop and the
+    thread contended for the GIL with the loop answering /filter and /prioritize. Create and use on the loop."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        cfg = api_client.configuration
+        self._proxy = cfg.proxy or None
+        self._server_name = cfg.tls_server_name or None
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=_ssl_context(cfg) if cfg.host.startswith("https:") else False,
+                                           limit=cfg.connection_pool_maxsize or 16),
+            json_serialize=lambda obj: orjson.dumps(obj).decode())
+
+    async def call(self, method: str, path: str, *, body: Any = None, error: type[KubeApiError] = KubeApiError,
+                   context: str = "", timeout: float, connect_timeout: float) -> bytes:
+        """The body of a 2xx answer within `timeout` seconds; otherwise `error` with the apiserver's message.
+        TimeoutError when it did not answer in time (it may still act on the request); ConnectionError when the
+        connection failed."""
+        method, url, headers, payload, _ = _serialize(self.api_client, method, path, None, body)
+        try:
+            async with self._session.request(
+                    method, url, headers=headers, data=None if payload is None else orjson.dumps(payload),
+                    proxy=self._proxy, server_hostname=self._server_name,
+                    timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=min(connect_timeout, timeout))) as resp:
+                data = await resp.read()
+        except aiohttp.ConnectionTimeoutError as exc:  # a TimeoutError, but nothing was sent
+            raise ConnectionError(f"cannot reach the apiserver at {self.api_client.configuration.host}: {exc}") from None
+        except TimeoutError:
+            raise
+        except aiohttp.ClientConnectionError as exc:
+            raise ConnectionError(f"cannot reach the apiserver at {self.api_client.configuration.host}: "
+                                  f"{exc or type(exc).__name__}") from None
+        if not 200 <= resp.status < 300:
+            raise error.from_response(resp, data, context=context or f"{method} {path}")
+        return data
+
+    async def close(self) -> None:
+        await self._session.close()
 
 
 def _query_value(v: Any) -> str:
@@ -112,23 +182,27 @@ def get_json(api_client: client.ApiClient, path: str, *, query: dict[str, Any] |
     return orjson.loads(_body(resp, KubeApiError, f"GET {path}"))
 
 
-def bind_pod(api_client: client.ApiClient, namespace: str, name: str, uid: str | None, node: str, *,
-             timeout: float | tuple[float, float] | None = DEFAULT_TIMEOUT) -> None:
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+
+async def bind_pod(api: LoopApi, namespace: str, name: str, uid: str | None, node: str, *,
+                   timeout: float, connect_timeout: float) -> None:
     """Bind a pod to a node (``POST pods/{name}/binding``), as kube-scheduler's DefaultBinder does.
 
     ``uid`` (``metadata.uid`` of the Binding) is a precondition the apiserver checks, so a pod deleted and
-    re-created under the same name since it was scheduled is not bound by mistake. Blocking: from asyncio use
-    ``await asyncio.to_thread(bind_pod, ...)``. Raises ``BindError`` with the apiserver's message, e.g. 409
-    ``Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n"``.
+    re-created under the same name since it was scheduled is not bound by mistake. Raises ``BindError`` with the
+    apiserver's message, e.g. 409 ``Operation cannot be fulfilled on pods/binding "p": pod p is already assigned
+    to node "n"``.
     """
     meta: dict[str, str] = {"name": name, "namespace": namespace}
     if uid:
         meta["uid"] = uid
     binding = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
-    resp = request(api_client, "POST", path, body=binding, timeout=timeout)
-    _body(resp, BindError, f"binding pod {namespace}/{name} to node {node} failed")
+    await api.call("POST", pod_path(namespace, name) + "/binding", body=binding, error=BindError,
+                   context=f"binding pod {namespace}/{name} to node {node} failed", timeout=timeout,
+                   connect_timeout=connect_timeout)
 
 
 def evict_pod(api_client: client.ApiClient, namespace: str, name: str, uid: str, *,

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from placement.cluster import ClusterState
 from placement.config import Settings
-from server.kubeapi import BindError, KubeApiError, bind_pod, get_json, make_api_client
+from server.kubeapi import BindError, KubeApiError, LoopApi, bind_pod, get_json, make_api_client
 import orjson
 
 from server.kubesource import Backoff, BulkLoadGC, KubeSource, list_once
@@ -456,24 +456,30 @@ async def test_bind_pod_and_conflicts(fake: FakeApiServer, api: client.ApiClient
     src = make_source(state)
     assert await src.wait_synced(5)
 
-    await asyncio.to_thread(bind_pod, api, "ns-1", "to-bind", uid, "node-2")
+    loop_api = LoopApi(api)
+
+    async def bind(namespace: str, name: str, pod_uid: str | None, node: str) -> None:
+        await bind_pod(loop_api, namespace, name, pod_uid, node, timeout=5, connect_timeout=1)
+
+    await bind("ns-1", "to-bind", uid, "node-2")
     await eventually(lambda: state.pods[uid].node == "node-2", what="binding in the watch")
     assert fake.get("Pod", "to-bind", "ns-1")["spec"]["nodeName"] == "node-2"
 
     with pytest.raises(BindError) as conflict:
-        await asyncio.to_thread(bind_pod, api, "ns-1", "to-bind", uid, "node-1")
+        await bind("ns-1", "to-bind", uid, "node-1")
     assert conflict.value.status == 409 and conflict.value.reason == "Conflict"
     assert 'pod to-bind is already assigned to node "node-2"' in str(conflict.value)
     assert str(conflict.value).startswith("binding pod ns-1/to-bind to node node-1 failed: 409 Conflict")
 
     other = fake.add("Pod", pod_obj("recreated", namespace="ns-1"))
     with pytest.raises(BindError) as stale:
-        await asyncio.to_thread(bind_pod, api, "ns-1", "recreated", "not-" + other["metadata"]["uid"], "node-1")
+        await bind("ns-1", "recreated", "not-" + other["metadata"]["uid"], "node-1")
     assert stale.value.status == 409 and "Precondition failed: UID" in stale.value.message
 
     with pytest.raises(BindError) as missing:
-        await asyncio.to_thread(bind_pod, api, "ns-1", "no-such-pod", None, "node-1")
+        await bind("ns-1", "no-such-pod", None, "node-1")
     assert missing.value.status == 404 and 'pods "no-such-pod" not found' in str(missing.value)
+    await loop_api.close()
 
 
 def test_get_json_raises_with_status_message(fake: FakeApiServer, api: client.ApiClient) -> None:
