@@ -11,7 +11,8 @@ after `--bind-delay-ms` (the binding goroutine's PreBind and the HTTP call) whil
 A refused bind goes back to the queue, as does a pod that fits nowhere for now (the scheduler requeues it on
 the next cluster event: here, when the binds in flight end). With `--before DIR` the same run is repeated
 against the extender of another source tree (e.g. `git archive` of the commit before a change), same fleet,
-same machine. Prints conflicts per 100 pods.
+same machine. Prints conflicts per 100 pods. bench/bench_bind_conflicts_real.py measures the same with the real
+kube-scheduler, whose own scores see the pods it assumed and steer the next pod away from them.
 """
 
 from __future__ import annotations
