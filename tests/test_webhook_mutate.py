@@ -34,7 +34,7 @@ from tests.conftest import fixture_json
 from tests.support.servers import Served, serving
 from webhook.patch import PatchError, apply_patch, escape, make_patch
 from webhook.review import parse_timeout
-from webhook.routes import TIMINGS
+from webhook.routes import TIMINGS, fits_every_replica
 
 Obj = dict[str, Any]
 
@@ -701,24 +701,47 @@ def replica_memo(result: str) -> float:
     return REGISTRY.get_sample_value("model_placement_mutation_replica_memo_total", {"result": result}) or 0.0
 
 
-async def test_replicas_get_the_first_ones_patch_until_the_policy_resolution_changes(wh: Webhook) -> None:
-    """A ReplicaSet's pods arrive identical: later replicas reuse the first one's patch, as long as NRI
-    still resolves where they can land; once it does not, they are mutated afresh (best-effort)."""
+def recorded_replica(serial: int) -> Obj:
+    """The AdmissionReview the real kube-apiserver sent for a ReplicaSet's pod (tests/e2e/record.py), as it sends
+    the `serial`-th replica: its own uid, ServiceAccount token volume suffix and managedFields time."""
+    body = copy.deepcopy(fixture_json("recorded/admissionreview-mutate-pod-replicaset.json")["request"])
+    body["request"]["uid"] = f"replica-{serial}"
+    pod = body["request"]["object"]
+    name = f"kube-api-access-{'bcdfg'[serial % 5]}x{serial:03d}"
+    pod["spec"]["volumes"][0]["name"] = pod["spec"]["containers"][0]["volumeMounts"][0]["name"] = name
+    pod["metadata"]["managedFields"][0]["time"] = f"2026-12-03T08:41:{serial % 60:02d}Z"
+    return body
+
+
+async def test_replicas_get_the_first_ones_patch_until_the_policy_resolution_changes(
+        wh: Webhook, make_webhook: MakeWebhook) -> None:
+    """A ReplicaSet's pods arrive alike but for their token volume's name and managedFields: later replicas reuse
+    the first one's patch (which touches neither), as long as NRI still resolves where they can land; once it does
+    not, they are mutated afresh (best-effort)."""
     reused, stale = replica_memo("reused"), replica_memo("stale")
-    first = await wh.mutate(review("ar-pod-kserve-rs.json", uid="replica-1"))
-    second = await wh.mutate(review("ar-pod-kserve-rs.json", uid="replica-2"))
+    first = await wh.mutate(recorded_replica(1))
+    second = await wh.mutate(recorded_replica(2))
     assert second.response["uid"] == "replica-2" and second.ops == first.ops
-    assert second.pod["metadata"]["annotations"][TYPE] == "nri-balloons"
     assert replica_memo("reused") == reused + 1
+    alone = await (await make_webhook()).mutate(recorded_replica(2))  # a webhook that never saw replica 1
+    assert second.pod == alone.pod and second.pod["metadata"]["annotations"][TYPE] == "nri-balloons"
+    assert second.pod["spec"]["volumes"][0]["name"] == "kube-api-access-dx002"
     cluster = wh.served.runtime.cluster
     for obj in load_objects(demo_text()):
         if obj["kind"] == "BalloonsPolicy":  # the plugin is gone from the fleet
             cluster.apply("BalloonsPolicy", "DELETED", obj)
-    third = await wh.mutate(review("ar-pod-kserve-rs.json", uid="replica-3"))
+    third = await wh.mutate(recorded_replica(3))
     ann = third.pod["metadata"]["annotations"]
     assert (ann[TYPE], ann[REASON]) == ("best-effort", "nri-resolution-failed")
     assert not any(k.startswith(BALLOON) for k in ann)
     assert replica_memo("stale") == stale + 1 and replica_memo("reused") == reused + 1
+
+
+def test_a_patch_that_touches_what_replicas_differ_in_is_not_reused() -> None:
+    assert fits_every_replica([{"op": "replace", "path": "/spec/containers/0/resources/limits/cpu", "value": "32"}])
+    for path in ("", "/spec", "/metadata", "/spec/containers/0", "/spec/volumes/0/name",
+                 "/spec/initContainers/1/volumeMounts", "/metadata/managedFields/0"):
+        assert not fits_every_replica([{"op": "add", "path": path, "value": {}}]), path
 
 
 # ------------------------------------------------------------------------------------- logs and metrics

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import statistics
 import time
 from collections import OrderedDict, deque
@@ -116,12 +117,43 @@ class _Patched:
 
 
 MAX_REPLICA_BYTES = 64 * 1024
+# What the apiserver makes differ between the replicas of one ReplicaSet before the webhooks see them (names are
+# generated after admission): the ServiceAccount admission plugin's token volume, kube-api-access-<5 random
+# characters>, with its mounts, and managedFields' times. The mutation reads none of them.
+SA_TOKEN_VOLUME = "kube-api-access-"
+_REPLICA_VARIES = re.compile(r"(/metadata(/managedFields.*)?|/spec(/volumes.*|/(initContainers|containers)"
+                             r"(/\d+(/volumeMounts.*)?)?)?)?")  # ...and every path above them: "", /spec, …
+
+
+def _token_renamed(items: Any) -> Any:
+    """`items` (volumes or volumeMounts) with the ServiceAccount token volume's random suffix dropped."""
+    if not isinstance(items, list):
+        return items
+    return [{**i, "name": SA_TOKEN_VOLUME} if isinstance(i, dict) and str(i.get("name", "")).startswith(
+        SA_TOKEN_VOLUME) else i for i in items]
+
+
+def replica_form(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod less what differs between replicas of one ReplicaSet (`_REPLICA_VARIES`)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    spec = {**spec, "volumes": _token_renamed(spec.get("volumes"))}
+    for section in ("initContainers", "containers"):
+        if isinstance(spec.get(section), list):
+            spec[section] = [{**c, "volumeMounts": _token_renamed(c.get("volumeMounts"))} if isinstance(c, dict)
+                             else c for c in spec[section]]
+    return {**pod, "metadata": {**meta, "managedFields": None}, "spec": spec}
+
+
+def fits_every_replica(ops: list[dict[str, Any]]) -> bool:
+    """The patch leaves alone what differs between replicas (and every subtree holding it), so it is the patch
+    of every replica."""
+    return not any(_REPLICA_VARIES.fullmatch(str(op.get(k))) for op in ops for k in ("path", "from") if k in op)
 
 
 class ReplicaMemo:
-    """The patches given lately, by pod. A ReplicaSet's replicas reach /mutate identical (their names
-    are generated after admission) and one after the other, so the second and later ones are answered
-    with the first one's patch. The mutation reads one thing of the cluster, the policy resolution
+    """The patches given lately, by pod. A ReplicaSet's replicas reach /mutate one after the other, identical
+    but for what `replica_form` drops, so the second and later ones are answered with the first one's patch
+    when that patch touches none of it. The mutation reads one thing of the cluster, the policy resolution
     (is the balloon type defined where the pod can land?): a remembered patch is reused only while
     resolving again gives the same answer."""
 
@@ -132,7 +164,7 @@ class ReplicaMemo:
     @staticmethod
     def key(review: Review) -> tuple[str, bytes] | None:
         try:
-            text = orjson.dumps(review.object)
+            text = orjson.dumps(replica_form(review.object))
         except TypeError:  # orjson.JSONEncodeError: not a JSON document we can key on
             return None
         # A typical pod is a few KiB; the bound keeps the memo's memory bounded whatever is sent.
@@ -154,6 +186,8 @@ class ReplicaMemo:
         return patched
 
     def put(self, key: tuple[str, bytes], patched: _Patched) -> None:
+        if not fits_every_replica(patched.ops):
+            return
         self._patched[key] = patched
         while len(self._patched) > self.size:
             self._patched.popitem(last=False)
