@@ -1,22 +1,26 @@
 """The real kube-scheduler placing pending model pods, with our extender and without it, same run.
 
-    python bench/bench_scheduler.py [--nodes 1000 5000] [--pods 300]
+    python bench/bench_scheduler.py [--nodes 1000 5000] [--pods 300] [--rounds 3]
 
 For each fleet size: one control plane (tests/e2e/cluster.py), N empty 2-NUMA Xeon nodes, model-placement
-installed from manifests/. Two kube-scheduler processes from the same binary and the same configuration of
-manifests/: one with our extender (profile model-placement-scheduler), one with the `extenders:` stanza removed
-(profile bench-plain). For each, `--pods` model pods are created while it is stopped and then it is started: pods/s
-is the bound pods over the time from the first bind seen to the last. Both get the same pods: copies of one pod
-as our webhook mutated it (20 models), differing only in schedulerName.
-The extender's share: the seconds our server spent answering /filter and /prioritize (its own
-request-duration metric) over the wall time of the run; /bind runs off the scheduling cycle and is shown apart.
+installed from manifests/. Two kube-scheduler configurations from the same binary and the manifests' configuration:
+one with our extender (profile model-placement-scheduler), one with the `extenders:` stanza removed (profile
+bench-plain). Each round places `--pods` pods with each, in turn (the order alternates between rounds, so a machine
+growing busier or quieter favours neither): the pods are created while that scheduler is stopped, then it is started;
+pods/s is the bound pods over the time from the first bind seen to the last; then they are deleted. Both get the same
+pods: copies of one pod as our webhook mutated it (20 models), differing only in schedulerName. The figures are
+medians over the rounds, the ratio the median of the rounds' own ratios; the machine's load average is printed.
+The extender's share: the seconds our server spent answering /filter and /prioritize (its own request-duration
+metric) over the wall time of the run; /bind runs off the scheduling cycle and is shown apart.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -86,7 +90,22 @@ def clones(template: dict[str, Any], namespace: str, scheduler: str, count: int)
     return out
 
 
-def run(nodes: int, pods: int) -> dict[str, Any]:
+def extended_run(cluster: Cluster, template: dict[str, Any], namespace: str, pods: int) -> dict[str, float]:
+    cluster.create_pods(clones(template, namespace, "model-placement-scheduler", pods))
+    before = route_seconds(cluster)
+    rate, wall = timed_run(cluster, namespace, pods, cluster.start_scheduler)
+    after = route_seconds(cluster)
+    ms = {r: 1000 * (after.get(r, 0) - before.get(r, 0)) / pods for r in ("/filter", "/prioritize", "/bind")}
+    return {"rate": rate, "share": (ms["/filter"] + ms["/prioritize"]) * pods / 1000 / wall, **ms}
+
+
+def plain_run(cluster: Cluster, template: dict[str, Any], namespace: str, pods: int) -> float:
+    cluster.create_pods(clones(template, namespace, PLAIN, pods))
+    return timed_run(cluster, namespace, pods, lambda: cluster.start_scheduler("kube-scheduler-plain",
+                                                                              without_extender))[0]
+
+
+def run(nodes: int, pods: int, rounds: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
         cluster = Cluster(Path(tmp))
         try:
@@ -94,8 +113,7 @@ def run(nodes: int, pods: int) -> dict[str, Any]:
             cluster.install()
             cluster.kubectl("apply", "-f", str(Path(__file__).resolve().parents[1] / "manifests" / "examples"
                                                / "balloonspolicy.yaml"))
-            for ns, enabled in ((TEMPLATE_NS, True), (EXTENDED_NS, False), (PLAIN_NS, False)):
-                cluster.create_namespace(ns, enabled=enabled)
+            cluster.create_namespace(TEMPLATE_NS, enabled=True)
             cluster.create_nodes([node(f"node-{i:05d}", numa=2, cores_per_numa=32) for i in range(nodes)])
             cluster.start_model_placement("webhook")
             cluster.start_model_placement("extender")
@@ -103,23 +121,28 @@ def run(nodes: int, pods: int) -> dict[str, Any]:
             # schedulers get the very same pods and the measure is the scheduler's, not the webhook's.
             cluster.create_pods([model_pod("template", TEMPLATE_NS, tp=1, cpu="16")])
             template = cluster.pods(TEMPLATE_NS)[0]
-            cluster.create_pods(clones(template, EXTENDED_NS, "model-placement-scheduler", pods))
-            before = route_seconds(cluster)
-            extended, wall = timed_run(cluster, EXTENDED_NS, pods, cluster.start_scheduler)
-            after = route_seconds(cluster)
-            cycle = sum(after.get(r, 0) - before.get(r, 0) for r in ("/filter", "/prioritize"))
-            bind = after.get("/bind", 0) - before.get("/bind", 0)
-            cluster.components["kube-scheduler"].stop()
-            # Same nodes, empty again for the plain scheduler. Forced: with no kubelet, a graceful delete of a
-            # bound pod never completes.
-            cluster.api.call("DELETE", f"/api/v1/namespaces/{EXTENDED_NS}/pods?gracePeriodSeconds=0")
-            wait_until("the extended pods gone", lambda: not cluster.pods(EXTENDED_NS), timeout=120)
-            cluster.create_pods(clones(template, PLAIN_NS, PLAIN, pods))
-            plain, _ = timed_run(cluster, PLAIN_NS, pods, lambda: cluster.start_scheduler(
-                "kube-scheduler-plain", without_extender))
-            return {"nodes": nodes, "pods": pods, "extended": extended, "plain": plain,
-                    "ratio": extended / plain, "share": cycle / wall, "bind_ms": 1000 * bind / pods,
-                    "cycle_ms": 1000 * cycle / pods}
+            extended: list[dict[str, float]] = []
+            plain: list[float] = []
+            for i in range(rounds):
+                order = ("extended", "plain") if i % 2 == 0 else ("plain", "extended")
+                for which in order:
+                    namespace = f"{EXTENDED_NS if which == 'extended' else PLAIN_NS}-{i}"
+                    cluster.create_namespace(namespace, enabled=False)
+                    if which == "extended":
+                        extended.append(extended_run(cluster, template, namespace, pods))
+                        cluster.components["kube-scheduler"].stop()
+                    else:
+                        plain.append(plain_run(cluster, template, namespace, pods))
+                        cluster.components["kube-scheduler-plain"].stop()
+                    # Same nodes, empty again for the next run. Forced: with no kubelet, a graceful delete of a
+                    # bound pod never completes.
+                    cluster.api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
+                    wait_until(f"the pods of {namespace} gone", lambda ns=namespace: not cluster.pods(ns), timeout=120)
+            med = {key: statistics.median(r[key] for r in extended) for key in extended[0]}
+            return {"nodes": nodes, "pods": pods, "rounds": rounds, "extended": med["rate"],
+                    "plain": statistics.median(plain),
+                    "ratio": statistics.median(e["rate"] / p for e, p in zip(extended, plain)),
+                    "ratios": [e["rate"] / p for e, p in zip(extended, plain)], **med}
         except BaseException:
             print(cluster.tails(), file=sys.stderr)
             raise
@@ -131,17 +154,23 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     p.add_argument("--pods", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     goals = {1000: 0.8, 5000: 0.5}
-    rows = [run(n, args.pods) for n in args.nodes]
-    print("| nodes | pods | with extender (pods/s) | without (pods/s) | ratio (goal) | extender share of the cycle "
-          "| /filter+/prioritize per pod | /bind per pod |")
-    print("|---|---|---|---|---|---|---|---|")
+    rows = []
+    for n in args.nodes:
+        load = os.getloadavg()
+        rows.append({**run(n, args.pods, args.rounds), "load": (load, os.getloadavg())})
+    print("| nodes | pods × rounds | with extender (pods/s) | without (pods/s) | ratio (goal) [each round] "
+          "| extender share of the cycle | /filter per pod | /prioritize per pod | /bind per pod | load before → after |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         goal = goals.get(r["nodes"])
-        print(f"| {r['nodes']:,} | {r['pods']} | {r['extended']:.1f} | {r['plain']:.1f} | **{r['ratio']:.2f}**"
-              f"{f' (≥ {goal})' if goal else ''} | {100 * r['share']:.0f} % | {r['cycle_ms']:.1f} ms "
-              f"| {r['bind_ms']:.1f} ms |")
+        each = ", ".join(f"{x:.2f}" for x in r["ratios"])
+        print(f"| {r['nodes']:,} | {r['pods']} × {r['rounds']} | {r['extended']:.1f} | {r['plain']:.1f} "
+              f"| **{r['ratio']:.2f}**{f' (≥ {goal})' if goal else ''} [{each}] | {100 * r['share']:.0f} % "
+              f"| {r['/filter']:.1f} ms | {r['/prioritize']:.1f} ms | {r['/bind']:.1f} ms "
+              f"| {r['load'][0][0]:.1f} → {r['load'][1][0]:.1f} |")
     return 0
 
 
