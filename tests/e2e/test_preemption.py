@@ -12,6 +12,10 @@ and its own preemption finds the victims: by CPUs node-wide it would reprieve th
 and d, 9 cores on each NUMA node, which frees neither. The pod must get NUMA node 1 of one node by evicting `big`
 alone, or, with `big` protected, NUMA node 0 by evicting two of a, b, d.
 
+A pool of the ROOMY layout (10-core pods, two per NUMA node) leaves 9 cores free on each NUMA node and room
+node-wide: kube-scheduler's filters pass, only ours refuses, and its dry run finds no victim; our extender then
+evicts the one pod that frees a NUMA node itself (the Eviction API).
+
 With no kubelet a deleted pod stays terminating: the tests finish the victims' deletion as the kubelet would once
 their containers stopped.
 """
@@ -20,9 +24,9 @@ from __future__ import annotations
 
 import json
 import time
-from itertools import count
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import count
 from typing import Any
 
 import pytest
@@ -32,8 +36,11 @@ from tests.e2e.cluster import Cluster, node, wait_until
 from tests.e2e.fleet import MODEL_NS, POOL, model_pod
 
 LOW_NS = "batch"  # the low-priority pods: not opted in, bound by name as if running before the test
-# role, cores; created in this order (the ledger places them in it), started in the order of START
-LAYOUT = (("a", 10), ("big", 20), ("b", 10), ("c", 9), ("d", 9))
+Layout = tuple[tuple[str, int, int], ...]  # role, cores, the NUMA node the ledger puts it on
+# Created in this order (the ledger places them in it), started in the order of START.
+FULL: Layout = (("a", 10, 0), ("big", 20, 1), ("b", 10, 0), ("c", 9, 1), ("d", 9, 0))
+# 9 cores free on each NUMA node, 48 CPUs node-wide: only our extender refuses the 16-core pod.
+ROOMY: Layout = (("a", 10, 0), ("c", 10, 1), ("b", 10, 0), ("d", 10, 1))
 START = ("big", "a", "b", "c", "d")
 POOLS = count(1)
 PRIORITY_CLASSES = """
@@ -107,34 +114,46 @@ def priority_classes(cluster: Cluster) -> None:
 
 
 @pytest.fixture
-def pool(cluster: Cluster, priority_classes: None) -> Iterator[Pool]:
-    """Two full nodes of their own; removed after the test, with every pod on them, so the session's fleet is
-    what the other e2e tests expect."""
-    name = f"preempt-{next(POOLS)}"
-    p = Pool(name, [f"{name}-{i}" for i in range(2)])
-    cluster.create_nodes([node(n, numa=2, cores_per_numa=32, labels={POOL: name}) for n in p.nodes])
-    wait_until("the pool's nodes in the extender", lambda: all(
-        cluster.get_ours("extender", f"/debug/nodes/{n}")[0] == 200 for n in p.nodes), timeout=30)
-    for node_name in p.nodes:
-        for k, (kind, cores) in enumerate(LAYOUT, 1):  # one at a time: the order is the placement
-            cluster.create_pods([low_pod(p, node_name, k, kind, cores)])
-    wait_until("the low pods held by the extender",
-               lambda: len(holders(cluster, p.nodes)) == len(LAYOUT) * len(p.nodes), timeout=30)
-    base = time.time() - 3600
-    for pod in low_pods(cluster, p):
-        rank = START.index(pod["metadata"]["labels"]["role"])
-        mark_running(cluster, pod, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + 60 * rank)))
-    p.before = holders(cluster, p.nodes)
-    for node_name in p.nodes:  # the layout of the module docstring, which the expectations rest on
-        held = {role(n): numa for n, (where, numa) in p.before.items() if where == node_name}
-        assert held == {"a": 0, "b": 0, "d": 0, "big": 1, "c": 1}, (node_name, held)
-    yield p
-    cluster.api.call("DELETE", f"/api/v1/namespaces/{MODEL_NS}/pods?labelSelector=pool%3D{p.name}"
-                     "&gracePeriodSeconds=0")
-    cluster.api.call("DELETE", f"/api/v1/namespaces/{LOW_NS}/pods?labelSelector=pool%3D{p.name}&gracePeriodSeconds=0")
-    cluster.api.call("DELETE", f"/apis/policy/v1/namespaces/{LOW_NS}/poddisruptionbudgets?labelSelector=pool%3D{p.name}")
-    for n in p.nodes:
-        cluster.api.call("DELETE", f"/api/v1/nodes/{n}", ok=(200, 404))
+def pools(cluster: Cluster, priority_classes: None) -> Iterator[Callable[[Layout], Pool]]:
+    """Pools of two nodes of their own, filled as `layout` says; removed after the test, with every pod on them,
+    so the session's fleet is what the other e2e tests expect."""
+    made: list[Pool] = []
+
+    def make(layout: Layout) -> Pool:
+        name = f"preempt-{next(POOLS)}"
+        p = Pool(name, [f"{name}-{i}" for i in range(2)])
+        made.append(p)
+        cluster.create_nodes([node(n, numa=2, cores_per_numa=32, labels={POOL: name}) for n in p.nodes])
+        wait_until("the pool's nodes in the extender", lambda: all(
+            cluster.get_ours("extender", f"/debug/nodes/{n}")[0] == 200 for n in p.nodes), timeout=30)
+        for node_name in p.nodes:
+            for k, (kind, cores, _) in enumerate(layout, 1):  # one at a time: the order is the placement
+                cluster.create_pods([low_pod(p, node_name, k, kind, cores)])
+        wait_until("the low pods held by the extender",
+                   lambda: len(holders(cluster, p.nodes)) == len(layout) * len(p.nodes), timeout=30)
+        base = time.time() - 3600
+        for pod in low_pods(cluster, p):
+            rank = START.index(pod["metadata"]["labels"]["role"])
+            mark_running(cluster, pod, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + 60 * rank)))
+        p.before = holders(cluster, p.nodes)
+        for node_name in p.nodes:  # the layout the expectations rest on
+            held = {role(n): numa for n, (where, numa) in p.before.items() if where == node_name}
+            assert held == {kind: numa for kind, _, numa in layout}, (node_name, held)
+        return p
+
+    yield make
+    for p in made:
+        for path in (f"/api/v1/namespaces/{MODEL_NS}/pods", f"/api/v1/namespaces/{LOW_NS}/pods"):
+            cluster.api.call("DELETE", f"{path}?labelSelector=pool%3D{p.name}&gracePeriodSeconds=0")
+        cluster.api.call("DELETE", f"/apis/policy/v1/namespaces/{LOW_NS}/poddisruptionbudgets"
+                                   f"?labelSelector=pool%3D{p.name}")
+        for n in p.nodes:
+            cluster.api.call("DELETE", f"/api/v1/nodes/{n}", ok=(200, 404))
+
+
+@pytest.fixture
+def pool(pools: Callable[[Layout], Pool]) -> Pool:
+    return pools(FULL)
 
 
 def urgent(pool: Pool, name: str) -> dict[str, Any]:
@@ -298,3 +317,16 @@ def test_a_pdb_protecting_every_victim_leaves_the_pod_pending_and_says_why(clust
         f"{LOW_NS}/{budget} allows no more disruptions")
     assert "PreemptionBlocked" in describe and budget in describe
     assert not [p["metadata"]["name"] for p in low_pods(cluster, pool) if p["metadata"].get("deletionTimestamp")]
+
+
+def test_where_only_our_filter_refuses_our_extender_evicts_the_fewest_itself(
+        cluster: Cluster, pools: Callable[[Layout], Pool]) -> None:
+    # Node-wide there is room, so kube-scheduler's dry run reprieves every pod and offers no candidate ("expected
+    # at least one victim pod"): our own path evicts, through the Eviction API.
+    pool = pools(ROOMY)
+    done = preempt_and_bind(cluster, pool, f"urgent-{pool.name}")
+    assert len(done.victims) == 1, done.victims
+    assert_only(cluster, pool, done, {role(done.victims[0]["metadata"]["name"])})
+    assert [c["reason"] for c in done.record["victims"][0]["disruption"]] == ["EvictionByEvictionAPI"]
+    assert [line["decision"] for line in done.record["extender_preempt_lines"] if line["msg"] == "preempted"] \
+        == ["evicted"]
