@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -114,22 +115,27 @@ def fleet(kind: str, pods: int) -> tuple[list[dict[str, Any]], list[dict[str, An
 
 
 def overtaken(lines: list[str]) -> int:
-    """Pods whose /bind reached the extender after another pod's /filter or /prioritize (the race holds are for),
-    from the extender's log lines in arrival order."""
-    waiting: set[str] = set()  # pods scored (or the only feasible node) whose bind has not come
-    late: set[str] = set()
+    """Pods whose /bind reached the extender after another pod's /filter or /prioritize had (the race holds are
+    for), from the extender's log lines: each is written when its answer is, `duration_ms` after the request came."""
+    arrivals = []
     for line in lines:
         try:
             entry = json.loads(line)
         except ValueError:
             continue
-        verb, pod = entry.get("verb"), entry.get("pod")
-        if verb in ("filter", "prioritize"):
-            late |= waiting - {pod}
-            if verb == "prioritize" or entry.get("nodes_out") == 1:
-                waiting.add(pod)
-        elif verb == "bind":
+        if entry.get("verb") in ("filter", "prioritize", "bind") and "duration_ms" in entry:
+            answered = datetime.strptime(entry["time"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+            arrivals.append((answered - entry["duration_ms"] / 1000, entry))
+    waiting: set[str] = set()  # pods scored (or the only feasible node) whose bind has not come
+    late: set[str] = set()
+    for _, entry in sorted(arrivals, key=lambda a: a[0]):
+        verb, pod = entry["verb"], entry.get("pod")
+        if verb == "bind":
             waiting.discard(pod)
+            continue
+        late |= waiting - {pod}
+        if verb == "prioritize" or entry.get("nodes_out") == 1:
+            waiting.add(pod)
     return len(late)
 
 
