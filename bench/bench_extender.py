@@ -7,6 +7,9 @@ NRI plugin reports Failure) is built with the real ClusterState in a server proc
 real extender app. This process sends what kube-scheduler sends, over one keep-alive connection, and
 prints p50/p99 round trips (and the server's own time, from its Server-Timing header) per case:
 
+The pending pods are the one the real kube-scheduler sent (tests/fixtures/recorded/extender-filter-args.json),
+varied per replica as the apiserver and our webhook would (`pending_pod`).
+
 - /filter with 500 candidate names right after the server starts, for the first pods of 12 models
   (TP 1/2/4/8 x 4/8/16 CPUs per NUMA node) it has never been asked about: no goal, it shows the warming;
 - then, after the server idled a few seconds (as a running server does between scheduling cycles, when
@@ -22,6 +25,7 @@ prints p50/p99 round trips (and the server's own time, from its Server-Timing he
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import json
 import logging
@@ -268,14 +272,33 @@ class Client:
         return chunk
 
 
+RECORDED_POD = json.loads((Path(__file__).resolve().parent.parent / "tests/fixtures/recorded/extender-filter-args.json")
+                          .read_text())["request"]["Pod"]
+SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generated-name characters
+
+
 def pending_pod(rng: random.Random, serial: int, new_shape: bool = False) -> dict[str, Any]:
-    """A replica of one of 12 models (TP 1/2/4/8 x 4/8/16 CPUs per NUMA node); with `new_shape`, a
-    demand never asked before (its CPU request in millicores is unique), so no verdict is cached."""
+    """The pod the real kube-scheduler sent our /filter (tests/fixtures/recorded/, a ReplicaSet's KServe pod as our
+    webhook mutated it), as a replica of one of 12 models (TP 1/2/4/8 x 4/8/16 cores per NUMA node): its own
+    generated name, uid and resourceVersion, the model's label, TP and CPUs where our webhook writes them (a request
+    of cores x 2 CPUs, `requested-cpu` the user's figure). With `new_shape`, a demand never asked before (its CPU
+    request in millicores is unique), so no verdict is cached."""
     tp = rng.choice((1, 1, 2, 2, 4, 8))
-    pod = model_pod(f"bench-{serial:06d}-x", f"bench-{serial}-{rng.random()}", tp, rng.choice((4, 8, 16)) * tp)
-    if new_shape:
-        cpu = f"{(rng.choice((4, 8, 16)) * tp - 1) * 1000 + 1 + serial % 999}m"
-        pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}
+    cores = rng.choice((4, 8, 16)) * tp
+    pod = copy.deepcopy(RECORDED_POD)
+    meta, container = pod["metadata"], pod["spec"]["containers"][0]
+    meta["name"] = meta["generateName"] + "".join(rng.choice(SUFFIX) for _ in range(5))
+    meta["uid"] = f"bench-{serial}-{rng.random()}"
+    meta["resourceVersion"] = str(100_000 + serial)
+    meta["labels"]["serving.kserve.io/inferenceservice"] = f"model-tp{tp}-{cores}"
+    ann = meta["annotations"]
+    ann["cpu-policy.model-manager.io/tensor-parallel-size"] = str(tp)
+    ann["cpu-policy.model-manager.io/requested-cpu"] = str(cores)
+    ann["cpu-policy.model-manager.io/cpus"] = str(2 * cores)
+    ann[f"balloon.balloons.resource-policy.nri.io/container.{container['name']}"] = f"vllm-balloon-tp{tp}"
+    cpu = str(2 * cores) if not new_shape else f"{(2 * cores - 1) * 1000 + 1 + serial % 999}m"
+    container["resources"] = {"requests": {"cpu": cpu, "memory": "64Gi"}, "limits": {"cpu": cpu, "memory": "64Gi"}}
+    container["args"] = [*container["args"][:-1], str(tp)]  # --tensor-parallel-size N, last in the recorded pod
     return pod
 
 
