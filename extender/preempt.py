@@ -284,6 +284,9 @@ class Preemption:
             return
         if self._not_before.get(ref.uid, 0.0) > time.monotonic():
             return
+        if (pod.get("status") or {}).get("nominatedNodeName"):
+            # kube-scheduler preempted for it and waits for its victims; our /filter may not have seen them go yet
+            return
         task = asyncio.get_running_loop().create_task(self._own(ref, pod_priority(pod), refused))
         self._tasks[ref.uid] = task
         task.add_done_callback(lambda _: self._tasks.pop(ref.uid, None))
@@ -292,8 +295,8 @@ class Preemption:
         started = time.monotonic()
         try:
             await asyncio.sleep(WAIT_FOR_SCHEDULER)
-            if self._scheduler_acted.get(ref.uid, 0.0) >= started:
-                return  # kube-scheduler preempts for it itself
+            if self._scheduler_acted.get(ref.uid, 0.0) >= started or self._settled(ref, refused):
+                return  # kube-scheduler preempts for it itself, or it needs no eviction any more
             outcome = await self._plan(ref, priority, refused)
             if outcome.choice is None:
                 self._not_before[ref.uid] = time.monotonic() + RETRY
@@ -303,10 +306,24 @@ class Preemption:
                 log.info("no preemption", extra={"verb": "preempt", "pod": ref.display, "decision": "none",
                                                  "reason": outcome.why_not})
                 return
+            if self._settled(ref, refused):  # reading the victims took API calls: look again
+                return
             self._not_before[ref.uid] = time.monotonic() + COOLDOWN
             await self._evict(ref, outcome.choice)
         except Exception:  # a bug here must not take the serving down; the pod is retried later
             log.exception("own preemption failed", extra={"verb": "preempt", "pod": ref.display})
+
+    def _settled(self, ref: PodRef, refused: list[str]) -> bool:
+        """The pod needs no eviction any more: it is bound or held (the watch, a /bind or a hold got there
+        first), or a node /filter refused has room for it now (a pod it waited for is gone). In the real
+        scheduler a /filter that saw the cluster a few milliseconds late was followed by a bind, and the own
+        path then evicted for a pod already running (tests/e2e/test_preemption.py)."""
+        assert ref.demand is not None
+        rec = self.cluster.pods.get(ref.uid)
+        if rec is not None and rec.node is not None:
+            return True
+        return any(self.cluster.fit(ref.demand, ledger).ok
+                   for ledger in map(self.cluster.ledger, refused) if ledger is not None)
 
     async def _plan(self, ref: PodRef, priority: int, refused: list[str]) -> Outcome:
         ledgers = [ledger for ledger in map(self.cluster.ledger, refused) if ledger is not None]

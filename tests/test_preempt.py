@@ -218,3 +218,19 @@ async def test_own_path_stands_aside_when_the_scheduler_preempts_itself(
     assert len(chosen(answer)["cpu-a1"]) == 2
     await asyncio.sleep(1.3)
     assert fake.evictions == []  # kube-scheduler deletes its victims itself
+
+
+async def test_own_path_stands_aside_for_a_nominated_pod_and_one_that_fits_by_the_time_it_would_evict(
+        connected: Ext, fake: FakeApiServer, caplog: pytest.LogCaptureFixture) -> None:
+    # kube-scheduler preempted for it (nominatedNodeName) and waits for its victims to go.
+    nominated = preemptor()
+    nominated["status"] = {"nominatedNodeName": "cpu-a1"}
+    await connected.filter(nominated, ["cpu-a1"])
+    await asyncio.sleep(1.3)
+    assert fake.evictions == []
+    # The /filter saw the cluster a moment late: by the time our path would evict, the pod fits without it.
+    await connected.filter(preemptor(), ["cpu-a1"])
+    for name in ("low-b", "low-d"):
+        connected.cluster.apply("Pod", "DELETED", running(name, 8, 0, 0))
+    await asyncio.sleep(1.3)
+    assert fake.evictions == []

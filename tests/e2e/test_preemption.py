@@ -265,10 +265,20 @@ def assert_only(cluster: Cluster, pool: Pool, done: Preempted, expected: set[str
             assert sum(h["cores"] for h in zone["held"]) <= zone["capacity"], (n, zone)
 
 
+def by_the_scheduler_through_our_preempt(done: Preempted) -> None:
+    """kube-scheduler deleted the victims (its DisruptionTarget reason), on the node it nominated, after our
+    /preempt answered for that node."""
+    assert done.nominated == done.pod["spec"]["nodeName"]
+    assert [c["reason"] for v in done.record["victims"] for c in v["disruption"]] \
+        == ["PreemptionByScheduler"] * len(done.victims)
+    assert [line["decision"] for line in done.record["extender_preempt_lines"]] == ["narrowed"]
+
+
 def test_high_priority_pod_preempts_the_fewest_pods_on_the_numa_node_it_gets(cluster: Cluster, pool: Pool) -> None:
     done = preempt_and_bind(cluster, pool, f"urgent-{pool.name}")
     assert_only(cluster, pool, done, {"big"})
     assert numa_of(cluster, done.pod) == [1]
+    by_the_scheduler_through_our_preempt(done)
 
 
 def test_a_pdb_moves_preemption_to_the_numa_node_it_does_not_protect(cluster: Cluster, pool: Pool) -> None:
@@ -285,6 +295,7 @@ def test_a_pdb_moves_preemption_to_the_numa_node_it_does_not_protect(cluster: Cl
     roles = {role(v["metadata"]["name"]) for v in done.victims}
     assert len(roles) == 2 and roles <= {"a", "b", "d"}, roles
     assert_only(cluster, pool, done, roles)
+    by_the_scheduler_through_our_preempt(done)
 
 
 def test_a_pdb_protecting_every_victim_leaves_the_pod_pending_and_says_why(cluster: Cluster, pool: Pool) -> None:
