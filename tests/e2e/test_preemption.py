@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.preempt import WAIT_FOR_SCHEDULER
 from tests.e2e.cluster import Cluster, node, wait_until
 from tests.e2e.fleet import MODEL_NS, POOL, model_pod
 
@@ -221,6 +222,9 @@ def preempt_and_bind(cluster: Cluster, pool: Pool, name: str) -> Preempted:
         return got if got["spec"].get("nodeName") else None
 
     pod = wait_until(f"{name} bound after its victims left", bound, timeout=60, every=0.5)
+    # Our own path acts WAIT_FOR_SCHEDULER after a /filter that found no room: long enough for one that was
+    # started before the bind to show (it once evicted two more pods for the bound pod).
+    time.sleep(WAIT_FOR_SCHEDULER + 1)
     events = cluster.kubectl_json("-n", LOW_NS, "get", "events")["items"]
     own_events = cluster.kubectl_json("-n", MODEL_NS, "get", "events", "--field-selector",
                                       f"involvedObject.name={name}")["items"]
