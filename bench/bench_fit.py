@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TextIO
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 # The tree whose placement/ is measured: this checkout, or the one a parent run names (--against).
@@ -132,7 +132,7 @@ def measure(cluster: ClusterState, demand: Any, pods: list[dict[str, Any]], name
                  statistics.median(warm) / 1000, len(fitting))
 
 
-def run(nodes: int, rounds: int, profile: bool) -> dict[int, list[Round]]:
+def run(nodes: int, rounds: int, profile: bool, out: TextIO = sys.stdout) -> dict[int, list[Round]]:
     settings = Settings()
     objects = fleet(nodes, settings)
     pods = [o for o in objects if o["kind"] == "Pod"]
@@ -140,7 +140,7 @@ def run(nodes: int, rounds: int, profile: bool) -> dict[int, list[Round]]:
     names = sorted(cluster.nodes)
     distinct = len({(ledger.capacity, ledger.threads_per_core, ledger.free()) for ledger in cluster.ledgers()})
     print(f"{len(names)} nodes of {len(SHAPES)} shapes, {len(pods)} running model pods, "
-          f"{distinct} distinct (shape, free cores) ledgers", file=sys.stderr)
+          f"{distinct} distinct (shape, free cores) ledgers", file=out)
     results: dict[int, list[Round]] = {}
     for tp in TPS:
         mutation = mutate_pod(model_pod(f"new-tp{tp}", tp, 8 * tp), cluster)
@@ -159,7 +159,7 @@ def run(nodes: int, rounds: int, profile: bool) -> dict[int, list[Round]]:
             for ledger in ledgers:
                 cluster.fit(demand, ledger)
             prof.disable()
-            pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(14)
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
     return results
 
 
@@ -194,8 +194,10 @@ def report(name: str, results: dict[int, list[Round]], nodes: int) -> float:
         on_fit = f", {statistics.median(r.cold_fits for r in rounds):.1f} µs on the {fits} it fits" \
             if 0 < fits < nodes else ""
         goal = f"  goal <= {GOAL:g} µs: {'met' if cold <= GOAL else 'NOT met'}" if tp <= 2 else ""
-        print(f"  TP={tp}: cold fit median {cold:.1f} µs per node (rounds {', '.join(f'{r.cold:.1f}' for r in rounds)})"
-              f"{on_fit}; warm {statistics.median(r.warm for r in rounds):.1f} µs; fits {fits}/{nodes}{goal}")
+        each = ", ".join(f"{r.cold:.1f}" for r in rounds)
+        warm = statistics.median(r.warm for r in rounds)
+        print(f"  TP={tp}: cold fit median {cold:.1f} µs per node (rounds {each}){on_fit}; warm {warm:.1f} µs; "
+              f"fits {fits}/{nodes}{goal}")
         if tp <= 2:
             worst = max(worst, cold)
     return worst
@@ -211,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(run(args.nodes, args.rounds, False)))
+        print(json.dumps(run(args.nodes, args.rounds, False, sys.stderr)))  # stdout is the parent's to read
         return 0
     print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if not args.against:

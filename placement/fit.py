@@ -232,8 +232,8 @@ def _on_empty(policy: BalloonsPolicy, name: str, milli: int, capacity: tuple[int
     empty = nri.plan_empty(policy, policy.balloon_type(name), milli, capacity, tpc)  # type: ignore[arg-type]
     if isinstance(empty, nri.Refusal):
         if empty.check in (INSUFFICIENT_FREE, BALLOON_NOT_NUMA_LOCAL):
-            return _Empty(FOOTPRINT_EXCEEDS_NODE, f"{empty.reason}, more than this node has even when empty "
-                                                  f"(at most {max(capacity)} model cores on a NUMA node)", None, None, 0)
+            return _Empty(FOOTPRINT_EXCEEDS_NODE, f"{empty.reason}, more than this node has even when empty (at "
+                                                  f"most {max(capacity)} model cores on a NUMA node)", None, None, 0)
         return _Empty(empty.check, empty.reason, None, None, 0)
     fp = _balloon_footprint(name, empty.per_numa, empty.cpus)
     span = tp * pp * dp

@@ -169,8 +169,9 @@ def _pinned(name: str, steps: tuple[Step, ...]) -> Plan | None:
     plans = [None if isinstance(step, (_Fewest, Refusal)) else step.pinned for step in steps]
     if None in plans:
         return None
-    return Plan(_by_numa([part for plan in plans for part in plan.per_numa]),  # type: ignore[union-attr]
-                (name, *(t for plan in plans for t in plan.types)), sum(plan.cpus for plan in plans))  # type: ignore[union-attr]
+    known: list[Plan] = plans  # type: ignore[assignment]
+    return Plan(_by_numa([part for plan in known for part in plan.per_numa]),
+                (name, *(t for plan in known for t in plan.types)), sum(plan.cpus for plan in known))
 
 
 def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
