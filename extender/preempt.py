@@ -228,11 +228,10 @@ class Preemption:
         Where every node fails kube-scheduler's own filters (CPUs node-wide) /filter is never called, so its
         reasons cannot say it, and the scheduler's FailedScheduling event reads only "preemption: no candidate
         node for preemption"; `kubectl describe pod` shows this event beside it."""
-        until, why = self._blocked.get(ref.uid, (0.0, ""))
-        if until <= time.monotonic() or self._told.get(ref.uid, 0.0) > time.monotonic() \
-                or self.runtime.api_client is None:
-            return
         now = time.monotonic()
+        until, why = self._blocked.get(ref.uid, (0.0, ""))
+        if until <= now or self._told.get(ref.uid, 0.0) > now or self.runtime.api_client is None:
+            return
         self._told = {uid: t for uid, t in self._told.items() if t > now}
         self._told[ref.uid] = now + BLOCKED_SAYS
         task = asyncio.get_running_loop().create_task(self._post_event(ref, f"cannot preempt for this pod: {why}"))
