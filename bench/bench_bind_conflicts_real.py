@@ -80,7 +80,8 @@ def bind_results(cluster: Cluster) -> dict[str, float]:
 def check_cores(cluster: Cluster, pods: int) -> str:
     """'' when every bound pod is held once, where the apiserver says it runs, and no NUMA node holds more
     cores than it has; else what is wrong."""
-    on_node = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in cluster.pods(BENCH_NS) if p["spec"].get("nodeName")}
+    on_node = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in cluster.pods(BENCH_NS)
+               if p["spec"].get("nodeName")}
     if len(on_node) != pods:
         return f"{len(on_node)} of {pods} pods bound"
     _, body = cluster.get_ours("extender", "/debug/nodes")
@@ -96,7 +97,8 @@ def check_cores(cluster: Cluster, pods: int) -> str:
                 if name in held:
                     return f"{name} is held on {held[name]} and {ledger['node']}"
                 held[name] = ledger["node"]
-    return "" if held == on_node else f"the ledger and the apiserver disagree on {set(held.items()) ^ set(on_node.items())}"
+    differ = set(held.items()) ^ set(on_node.items())
+    return "" if not differ else f"the ledger and the apiserver disagree on {sorted(differ)}"
 
 
 def fleet(kind: str, pods: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

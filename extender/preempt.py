@@ -145,7 +145,8 @@ class Preemption:
     # -- /preempt -------------------------------------------------------------------------------------
 
     async def narrow(self, ref: PodRef, priority: int, victims: Mapping[str, list[str]],
-                     sent: Mapping[str, Mapping[str, Any]], deadline: float) -> tuple[dict[str, list[str]], dict[str, str]]:
+                     sent: Mapping[str, Mapping[str, Any]],
+                     deadline: float) -> tuple[dict[str, list[str]], dict[str, str]]:
         """Per node, the uids to evict (nodes where none work are left out), and why each dropped node was."""
         if ref.demand is None:  # not ours to judge: keep the scheduler's choice
             return {node: list(uids) for node, uids in victims.items() if uids}, {}
