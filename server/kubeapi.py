@@ -126,10 +126,8 @@ class LoopApi:
         cfg = api_client.configuration
         self._proxy = cfg.proxy or None
         self._server_name = cfg.tls_server_name or None
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=_ssl_context(cfg) if cfg.host.startswith("https:") else False,
-                                           limit=cfg.connection_pool_maxsize or 16),
-            json_serialize=lambda obj: orjson.dumps(obj).decode())
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+            ssl=_ssl_context(cfg) if cfg.host.startswith("https:") else False, limit=cfg.connection_pool_maxsize or 16))
 
     async def call(self, method: str, path: str, *, body: Any = None, error: type[KubeApiError] = KubeApiError,
                    context: str = "", timeout: float, connect_timeout: float) -> bytes:
