@@ -162,7 +162,8 @@ def main() -> int:
         load = os.getloadavg()
         rows.append({**run(n, args.pods, args.rounds), "load": (load, os.getloadavg())})
     print("| nodes | pods × rounds | with extender (pods/s) | without (pods/s) | ratio (goal) [each round] "
-          "| extender share of the cycle | /filter per pod | /prioritize per pod | /bind per pod | load before → after |")
+          "| extender share of the cycle | /filter per pod | /prioritize per pod | /bind per pod "
+          "| load before → after |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         goal = goals.get(r["nodes"])

@@ -135,6 +135,7 @@ class LoopApi:
         TimeoutError when it did not answer in time (it may still act on the request); ConnectionError when the
         connection failed."""
         method, url, headers, payload, _ = _serialize(self.api_client, method, path, None, body)
+        host = self.api_client.configuration.host
         try:
             async with self._session.request(
                     method, url, headers=headers, data=None if payload is None else orjson.dumps(payload),
@@ -142,12 +143,11 @@ class LoopApi:
                     timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=min(connect_timeout, timeout))) as resp:
                 data = await resp.read()
         except aiohttp.ConnectionTimeoutError as exc:  # a TimeoutError, but nothing was sent
-            raise ConnectionError(f"cannot reach the apiserver at {self.api_client.configuration.host}: {exc}") from None
+            raise ConnectionError(f"cannot reach the apiserver at {host}: {exc}") from None
         except TimeoutError:
             raise
         except aiohttp.ClientConnectionError as exc:
-            raise ConnectionError(f"cannot reach the apiserver at {self.api_client.configuration.host}: "
-                                  f"{exc or type(exc).__name__}") from None
+            raise ConnectionError(f"cannot reach the apiserver at {host}: {exc or type(exc).__name__}") from None
         if not 200 <= resp.status < 300:
             raise error.from_response(resp, data, context=context or f"{method} {path}")
         return data
