@@ -32,6 +32,7 @@ from urllib.parse import quote
 from extender.bind import OutOfTime, api_call
 from extender.filter import Judge, PodRef
 from extender.victims import Candidate, Choice, Outcome, best_node, choose
+from placement.cluster import pod_priority
 from placement.ledger import NodeLedger
 from server import metrics
 from server.app import Runtime
@@ -94,13 +95,8 @@ def candidate(pod: Mapping[str, Any], pdbs: Iterable[Pdb]) -> Candidate:
     meta = pod.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     labels = meta.get("labels") or {}
-    return Candidate(str(meta.get("uid") or ""), f"{namespace}/{name}", pod_priority(pod),
+    return Candidate(str(meta.get("uid") or ""), f"{namespace}/{name}", pod_priority(pod.get("spec") or {}),
                      tuple(p.key for p in pdbs if p.covers(namespace, name, labels)))
-
-
-def pod_priority(pod: Mapping[str, Any]) -> int:
-    priority = (pod.get("spec") or {}).get("priority")
-    return priority if isinstance(priority, int) else 0
 
 
 class Preemption:
@@ -287,7 +283,7 @@ class Preemption:
         if (pod.get("status") or {}).get("nominatedNodeName"):
             # kube-scheduler preempted for it and waits for its victims; our /filter may not have seen them go yet
             return
-        task = asyncio.get_running_loop().create_task(self._own(ref, pod_priority(pod), refused))
+        task = asyncio.get_running_loop().create_task(self._own(ref, pod_priority(pod.get("spec") or {}), refused))
         self._tasks[ref.uid] = task
         task.add_done_callback(lambda _: self._tasks.pop(ref.uid, None))
 

@@ -28,8 +28,9 @@ from extender import wire
 from extender.bind import OutOfTime, bind
 from extender.filter import Judge, PodRef, describe_demand, filter_nodes
 from extender.holds import Holds
-from extender.preempt import Preemption, pod_priority
+from extender.preempt import Preemption
 from extender.score import rank
+from placement.cluster import pod_priority
 from placement.fit import fmt_free
 from server import metrics
 from server.app import RUNTIME, BadRequest, json_response, read_json
@@ -223,8 +224,8 @@ async def handle_preempt(request: web.Request) -> web.Response:
 
     args, ref = await _read(request, "preempt", parse)
     try:
-        kept, dropped = await request.app[PREEMPTION].narrow(ref, pod_priority(args.pod), args.victims, args.pods,
-                                                              deadline)
+        priority = pod_priority(args.pod.get("spec") or {})
+        kept, dropped = await request.app[PREEMPTION].narrow(ref, priority, args.victims, args.pods, deadline)
     except OutOfTime:
         message = (f"reading PodDisruptionBudgets and victims for {ref.display} took longer than the "
                    f"{request.app[RUNTIME].call_budget:g} s this call may take; kube-scheduler retries the pod")

@@ -39,6 +39,11 @@ class NodeInfo:
     capacity_memory: str | None = None
 
 
+def pod_priority(spec: Mapping[str, Any]) -> int:
+    value = spec.get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 class PodRecord(NamedTuple):
     """One pod, as much of it as the ledgers need. Immutable like the other records, but a NamedTuple: one is
     built for every pod listed or watched, and a frozen dataclass's __init__ (an object.__setattr__ per field)
@@ -56,6 +61,7 @@ class PodRecord(NamedTuple):
     shared_milli: int | None
     assumed_at: float | None = None
     shared_memory: int = 0  # bytes the containers without exclusive cores request
+    priority: int = 0  # spec.priority, which the apiserver's Priority plugin sets before any webhook sees the pod
 
     @property
     def active(self) -> bool:
@@ -304,6 +310,7 @@ class ClusterState:
             model, None if model is not None and _only_container(spec, model.container)
             else pod_shared_cpu_milli(spec, skip=model.container if model is not None else None),
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
+            pod_priority(spec),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------
@@ -529,7 +536,7 @@ class ClusterState:
             return result
         self.generation += 1
         rec = PodRecord(uid, namespace, name, node, "Pending", old.created if old else "", demand,
-                        old.shared_milli if old else None, assumed_at=now)
+                        old.shared_milli if old else None, assumed_at=now, priority=old.priority if old else 0)
         if old is not None:
             self._unindex(old)
         self._index(rec)

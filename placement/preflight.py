@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from placement import fit as fitmod
-from placement.cluster import ClusterState
+from placement.cluster import ClusterState, pod_priority
 from placement.demand import VALID_TP, ModelDemand
 from placement.ledger import NodeLedger
 from placement.quantity import QuantityError, memory_bytes
@@ -173,6 +173,9 @@ def preflight(
     ranked = rank(fits)
     feasible = [f for f in ranked if f.ok]
     if not feasible:
+        preemption = _preemption_room(resolved, pod_priority(spec), eligible, ranked, cluster)
+        if preemption:
+            return Verdict(True, fitmod.FITS, "", (*notes, preemption))
         return _explain_no_fit(resolved, eligible, ranked, cluster)
     if replicas > 1:
         simulated = min(replicas, MAX_SIMULATED_REPLICAS)
@@ -226,6 +229,28 @@ def _fewer_ranks(demand: ModelDemand, numa: int) -> str:
     changed = [f"{what}-parallel-size {sizes[what]}" for what, was in
                (("tensor", demand.tp), ("pipeline", demand.pp), ("data", demand.dp)) if sizes[what] != was]
     return " and ".join(changed)
+
+
+def _preemption_room(demand: ModelDemand, priority: int, eligible: Sequence[NodeLedger],
+                     ranked: Sequence[fitmod.Fit], cluster: ClusterState) -> str:
+    """What a pod that fits nowhere now may still get by preemption: kube-scheduler (and our /preempt) evict
+    lower-priority pods for it, so refusing it at admission would take that away. The first node, by name,
+    where it fits once every model pod of lower priority is gone; "" when there is none."""
+    by_node = {ledger.name: ledger for ledger in eligible}
+    for result in sorted((f for f in ranked if f.resolvable), key=lambda f: f.node):
+        ledger = by_node[result.node]
+        lower = [uid for uid in ledger.holdings
+                 if (rec := cluster.pods.get(uid)) is not None and rec.priority < priority]
+        if not lower:
+            continue
+        scratch = ledger.scratch()
+        for uid in lower:
+            scratch.release(uid)
+        if cluster.fit_admission(demand, scratch).ok:
+            return (f"{demand.pod} fits on no node now; at priority {priority} it can have the cores of "
+                    f"lower-priority model pods by preemption (on {ledger.name}, for one, evicting up to "
+                    f"{len(lower)} of them), so it is admitted and waits Pending until the scheduler preempts.")
+    return ""
 
 
 def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked: Sequence[fitmod.Fit],

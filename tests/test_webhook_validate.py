@@ -265,6 +265,21 @@ async def test_rolling_update_of_a_model_that_fills_its_node_is_admitted(full_no
     assert (await full_node.validate(update)).allowed
 
 
+async def test_a_higher_priority_pod_on_a_full_node_is_admitted_to_preempt(full_node: Webhook) -> None:
+    """kube-scheduler preempts lower-priority pods for a pod that fits nowhere now: admission must let it reach
+    the scheduler (the Priority plugin has set spec.priority before any webhook sees the pod), and say why."""
+    urgent = model_pod("urgent", 29)
+    urgent["request"]["object"]["spec"]["priority"] = 1000
+    answer = await admitted(full_node, urgent)
+    assert answer.allowed
+    said = " ".join(w.removeprefix("… ") for w in answer.warnings)
+    assert "at priority 1000 it can have the cores of lower-priority model pods by preemption (on solo" in said
+    # The same pod at the running pods' priority has nobody to preempt: refused as before.
+    same = model_pod("urgent", 29)
+    same["request"]["object"]["spec"]["priority"] = 0
+    refused(await admitted(full_node, same), "none of the 1 eligible nodes has that free now")
+
+
 async def test_on_5000_nodes_a_pod_is_judged_in_milliseconds_and_the_one_node_with_room_is_found(
         make_webhook: MakeWebhook) -> None:
     """The pre-flight of one pod stops at the first node where it fits, by name: on 5,000 nodes /validate answers

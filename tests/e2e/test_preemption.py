@@ -158,9 +158,7 @@ def pool(pools: Callable[[Layout], Pool]) -> Pool:
 
 
 def urgent(pool: Pool, name: str) -> dict[str, Any]:
-    pod = model_pod(name, MODEL_NS, tp=1, cpu="16", memory="32Gi", node_selector={POOL: pool.name},
-                    # it fits nowhere *now*: admission would refuse it (insufficient-free) before any preemption
-                    annotations={"model-manager.io/preflight": "warn"})
+    pod = model_pod(name, MODEL_NS, tp=1, cpu="16", memory="32Gi", node_selector={POOL: pool.name})
     pod["metadata"]["labels"]["pool"] = pool.name
     pod["spec"]["priorityClassName"] = "high"
     return pod
@@ -202,7 +200,9 @@ def log_length(cluster: Cluster, which: str) -> int:
 
 def preempt_and_bind(cluster: Cluster, pool: Pool, name: str) -> Preempted:
     since = {w: log_length(cluster, w) for w in ("extender", "kube-scheduler")}
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(urgent(pool, name)))
+    # It fits nowhere now: admission lets it through because it can preempt, and says so to kubectl.
+    applied = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(urgent(pool, name)))
+    assert "it can have the cores of lower-priority model pods" in applied.stderr, applied.stderr
 
     def victims() -> tuple[list[dict[str, Any]], str] | None:
         me = cluster.kubectl_json("-n", MODEL_NS, "get", "pod", name)
