@@ -181,7 +181,9 @@ class Preempted:
     record: dict[str, Any]
 
 
-def extender_lines(cluster: Cluster, since: int, verb: str) -> list[dict[str, Any]]:
+def extender_lines(cluster: Cluster, since: int, verb: str, pod: str) -> list[dict[str, Any]]:
+    """The extender's log lines of `verb` about `pod` (namespace/name): other pods of the session (another test's
+    pod that stays Pending) have lines of their own in between."""
     lines = cluster.components["extender"].log.read_text(errors="replace").splitlines()[since:]
     out = []
     for line in lines:
@@ -189,7 +191,7 @@ def extender_lines(cluster: Cluster, since: int, verb: str) -> list[dict[str, An
             obj = json.loads(line)
         except ValueError:
             continue
-        if obj.get("verb") == verb:
+        if obj.get("verb") == verb and obj.get("pod") == pod:
             out.append(obj)
     return out
 
@@ -239,7 +241,7 @@ def preempt_and_bind(cluster: Cluster, pool: Pool, name: str) -> Preempted:
         "victim_events": [f"{e['reason']}: {e['message']} (from {e.get('reportingComponent') or e['source']})"
                           for e in events if e["involvedObject"]["name"] in {v["metadata"]["name"] for v in leaving}],
         "preemptor_events": [f"{e['reason']}: {e['message']}" for e in own_events],
-        "extender_preempt_lines": extender_lines(cluster, since["extender"], "preempt"),
+        "extender_preempt_lines": extender_lines(cluster, since["extender"], "preempt", f"{MODEL_NS}/{name}"),
         "scheduler_preemption_lines": [line for line in scheduler_log if "reempt" in line][:20],
     }
     (cluster.root / f"preemption-{name}.json").write_text(json.dumps(record, indent=2))
