@@ -84,10 +84,6 @@ def _balloon_type(demand: ModelDemand, ledger: NodeLedger) -> BalloonType | None
     return policy.balloon_type(demand.balloon_type) if policy is not None else None
 
 
-def _plan_footprint(demand: ModelDemand, plan: nri.Plan) -> Footprint:
-    return _balloon_footprint(demand.balloon_type, plan.per_numa, plan.cpus)
-
-
 @lru_cache(maxsize=4096)
 def _balloon_footprint(balloon_type: str, per_numa: tuple[tuple[int, int], ...], cpus: int) -> Footprint:
     # Memoised: a fit builds two (the empty node's and this node's), and a frozen dataclass costs microseconds.
@@ -114,7 +110,9 @@ def footprint(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int) ->
     if btype is None:
         return None
     plan = nri.plan_empty(ledger.nri.policy, btype, demand.cpu_milli, ledger.capacity, ledger.threads_per_core)  # type: ignore[arg-type]
-    return _plan_footprint(demand, plan) if isinstance(plan, nri.Plan) else None
+    if not isinstance(plan, nri.Plan):
+        return None
+    return _balloon_footprint(demand.balloon_type, plan.per_numa, plan.cpus)
 
 
 def nominal_footprint(demand: ModelDemand, threads_per_core: int) -> Footprint:

@@ -91,7 +91,6 @@ class NodeLedger:
     labels: Mapping[str, str]
     nri: NodeNRI
     capacity: tuple[int, ...] = field(init=False)  # model cores per NUMA node
-    capacity_desc: tuple[int, ...] = field(init=False)  # the same, largest first
     capacity_total: int = field(init=False)
     shared_pool_cpus: int = field(init=False)  # logical CPUs outside model capacity: reserved + orphan siblings
     holdings: dict[str, Holding] = field(default_factory=dict)
@@ -125,7 +124,6 @@ class NodeLedger:
             sum(1 for core in numa.cores if not any(t in self.reserved for t in core.threads))
             for numa in self.topology.numa_nodes
         )
-        self.capacity_desc = tuple(sorted(self.capacity, reverse=True))
         self.capacity_total = sum(self.capacity)
         self.shared_pool_cpus = len(self.topology.cpus) - self.capacity_total * self.topology.threads_per_core
         self._avail = list(self.capacity)
