@@ -77,13 +77,9 @@ def violations(victims: Iterable[Candidate], allowed: Mapping[str, int]) -> tupl
 
 
 def _good(cluster: ClusterState, demand: ModelDemand, ledger: NodeLedger, victims: Sequence[Candidate]) -> Fit | None:
-    scratch = ledger.scratch()
-    touched: set[int] = set()
-    for victim in victims:
-        holding = scratch.release(victim.uid)
-        if holding is not None:
-            touched.update(n for n, _ in holding.per_numa)
-    result = cluster.fit(demand, scratch)
+    uids = {victim.uid for victim in victims}
+    touched = {n for uid in uids if (holding := ledger.holdings.get(uid)) is not None for n, _ in holding.per_numa}
+    result = cluster.fit(demand, ledger.scratch(evicted=uids))
     if not result.ok or not touched <= {n for n, _ in result.per_numa}:
         return None
     return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field, replace
 
 from placement.demand import ModelIdentity
@@ -326,12 +326,13 @@ class NodeLedger:
         with the fewest."""
         return self._instances
 
-    def scratch(self, without: ModelIdentity | None = None) -> NodeLedger:
-        """A copy to simulate on, without the pods of `without` (a model's own pods are being replaced)."""
+    def scratch(self, without: ModelIdentity | None = None, evicted: Container[str] = ()) -> NodeLedger:
+        """A copy to simulate on, without the pods of `without` (a model's own pods are being replaced) and
+        without the holdings of the pods `evicted` (uids: what a preemption would free)."""
         copy = NodeLedger(self.name, self.topology, self.reserved, self.reserved_source, self.labels, self.nri,
                           observed_shared=self.observed_shared, numa_memory=self.numa_memory)
         for holding in self.holdings.values():
-            if without is None or holding.identity != without:
+            if (without is None or holding.identity != without) and holding.uid not in evicted:
                 copy._add(holding)
         for uid, (balloon, milli) in self.shared.items():
             copy.set_shared(uid, milli, balloon, self._shared_memory.get(uid, 0))

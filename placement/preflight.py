@@ -239,14 +239,9 @@ def _preemption_room(demand: ModelDemand, priority: int, eligible: Sequence[Node
     by_node = {ledger.name: ledger for ledger in eligible}
     for result in sorted((f for f in ranked if f.resolvable), key=lambda f: f.node):
         ledger = by_node[result.node]
-        lower = [uid for uid in ledger.holdings
-                 if (rec := cluster.pods.get(uid)) is not None and rec.priority < priority]
-        if not lower:
-            continue
-        scratch = ledger.scratch()
-        for uid in lower:
-            scratch.release(uid)
-        if cluster.fit_admission(demand, scratch).ok:
+        lower = {uid for uid in ledger.holdings
+                 if (rec := cluster.pods.get(uid)) is not None and rec.priority < priority}
+        if lower and cluster.fit_admission(demand, ledger.scratch(evicted=lower)).ok:
             return (f"{demand.pod} fits on no node now; at priority {priority} it can have the cores of "
                     f"lower-priority model pods by preemption (on {ledger.name}, for one, evicting up to "
                     f"{len(lower)} of them), so it is admitted and waits Pending until the scheduler preempts.")
