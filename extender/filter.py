@@ -4,8 +4,9 @@ The answer for each node is the core's `cluster.fit`. Asked naively that is one 
 which at 5,000 nodes costs far more than a scheduling cycle can spend, so the `Judge` remembers, per
 demand (replicas of one model ask the same):
 
-- per node, the verdict it gave and the ledger's stamp then: while the stamp is unchanged, so is the
-  verdict (the common case: most nodes did not change since the last replica was filtered);
+- per node, the verdict it gave, until the node's ledger changes (the common case: most nodes did not
+  change since the last replica was filtered; the ledgers' shared stamp sequence says which did, so a
+  call looks each candidate up once, and judges again only the nodes that changed);
 - per *class* of nodes, the verdict: nodes whose ledgers look the same to `fit` (capacity and free
   cores per NUMA node, SMT width, reserved size, NRI policy and its status, and the balloon counts or
   shared-pool load when the demand depends on them) get the same one. The key holds everything `fit`
@@ -32,7 +33,7 @@ from typing import Any, NamedTuple
 from placement import fit as fitmod
 from placement.cluster import ClusterState
 from placement.demand import ModelDemand, is_model_pod, pod_display_name, read_model_pod
-from placement.ledger import NodeLedger
+from placement.ledger import STAMPS, NodeLedger
 from server.app import BadRequest
 
 MAX_PODS = 4096  # pods kept by uid: /bind needs the demand seen at /filter
@@ -73,17 +74,13 @@ class Verdict(NamedTuple):
 
 @dataclass(slots=True)
 class _Memo:
-    """What one demand has been told: verdicts by class of node, and by node name with the ledger
-    stamp they were given at (two maps rather than one of pairs: no object per node to collect)."""
+    """What one demand has been told: verdicts by class of node, and by node name as of stamp `synced`
+    (a node that took a stamp since has its verdict dropped at the next call: `Judge._sync`)."""
 
     classes: dict[tuple[Any, ...], Verdict] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
-    stamps: dict[str, int] = field(default_factory=dict)
+    synced: int = field(default_factory=lambda: STAMPS.taken)
     untold: list[str] | None = None  # nodes `Judge.warm` has still to judge; None: not begun
-
-    def tell(self, name: str, stamp: int, verdict: Verdict) -> None:
-        self.verdicts[name] = verdict
-        self.stamps[name] = stamp
 
 
 _FITS = tuple(Verdict(True, True, score, "") for score in range(MIN_SCORE, MAX_SCORE + 1))
@@ -235,28 +232,34 @@ class Judge:
             verdict = classes[cls] = self._judge(key, ledger, seen[1], classes)
         return verdict
 
+    @staticmethod
+    def _sync(memo: _Memo) -> None:
+        """Drop the verdicts of the nodes whose ledgers changed since the memo was last brought up to date."""
+        changed = STAMPS.changed_since(memo.synced)
+        if changed is None:
+            memo.verdicts.clear()
+        else:
+            pop = memo.verdicts.pop
+            for name in changed:
+                pop(name, None)
+        memo.synced = STAMPS.taken  # stamps taken while judging (ledgers built lazily) are looked at next time
+
     def verdicts(self, ref: PodRef, names: list[str]) -> list[Verdict | None]:
         """One verdict per name (None: a node the ledger does not know), for a model pod. The hot loop of
-        the extender: per node, its ledger and the verdict this demand had there, while the ledger's
-        stamp says nothing has changed since."""
+        the extender: one lookup per candidate while its ledger has not changed since it was judged."""
         key = ref.key
         assert key is not None
         memo = self._memo(key)
-        stamps, told = memo.stamps, memo.verdicts
-        ledger_of = self.cluster.ledger
-        out: list[Verdict | None] = []
-        append = out.append
-        for name in names:
-            ledger = ledger_of(name)
-            if ledger is None:
-                append(None)
-            elif stamps.get(name) == ledger.stamp:
-                append(told[name])
-            else:
-                stamp = ledger.stamp
-                verdict = self._classify(key, ledger, memo.classes)
-                memo.tell(name, stamp, verdict)
-                append(verdict)
+        self._sync(memo)
+        told = memo.verdicts
+        out = list(map(told.get, names))
+        if len(told) < len(names) or None in out:
+            ledger_of = self.cluster.ledger
+            for i, name in enumerate(names):
+                if out[i] is None:
+                    ledger = ledger_of(name)
+                    if ledger is not None:
+                        out[i] = told[name] = self._classify(key, ledger, memo.classes)
         return out
 
     def warm(self, budget: float) -> bool:
@@ -266,14 +269,16 @@ class Judge:
         nodes remain."""
         deadline = time.perf_counter() + budget
         for key, memo in list(reversed(self._memos.items())):  # judging may start the memos over
+            self._sync(memo)
+            told = memo.verdicts
             if memo.untold is None:
-                memo.untold = [name for name in self.cluster.nodes if name not in memo.stamps]
+                memo.untold = [name for name in self.cluster.nodes if name not in told]
             untold = memo.untold
             while untold:
                 name = untold.pop()
                 ledger = self.cluster.ledger(name)
-                if ledger is not None and name not in memo.stamps:
-                    memo.tell(name, ledger.stamp, self._classify(key, ledger, memo.classes))
+                if ledger is not None and name not in told:
+                    told[name] = self._classify(key, ledger, memo.classes)
                 if time.perf_counter() >= deadline:
                     return True
         return False
@@ -308,19 +313,21 @@ def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
         # Unschedulable with this message on every node (the user sees it in the pod's events, and
         # no preemption is tried), rather than an Error that fails every attempt with backoff.
         return Filtered([], {}, dict.fromkeys(names, why), "unreadable-pod")
-    passed: list[str] = []
+    verdicts = judge.verdicts(ref, names)
+    passed = [name for name, verdict in zip(names, verdicts) if verdict is not None and verdict.ok]
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     resolvable: dict[str, list[str]] = {}  # message -> the nodes refused with it that eviction could help
-    for name, verdict in zip(names, judge.verdicts(ref, names)):
-        if verdict is None:
-            unresolvable[name] = UNKNOWN_NODE
-        elif verdict.ok:
-            passed.append(name)
-        elif verdict.resolvable:
-            resolvable.setdefault(verdict.message, []).append(name)
-        else:
-            unresolvable[name] = verdict.message
+    if len(passed) < len(names):
+        for name, verdict in zip(names, verdicts):
+            if verdict is None:
+                unresolvable[name] = UNKNOWN_NODE
+            elif verdict.ok:
+                continue
+            elif verdict.resolvable:
+                resolvable.setdefault(verdict.message, []).append(name)
+            else:
+                unresolvable[name] = verdict.message
     ledger_of = judge.cluster.ledger
     for message, nodes in resolvable.items():
         frees = [ledger.free() for ledger in map(ledger_of, nodes) if ledger is not None]

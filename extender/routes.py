@@ -29,7 +29,7 @@ from extender.bind import OutOfTime, bind
 from extender.filter import Judge, PodRef, describe_demand, filter_nodes
 from extender.holds import Holds
 from extender.preempt import Preemption
-from extender.score import rank
+from extender.score import rank, standouts
 from placement.cluster import pod_priority
 from placement.fit import fmt_free
 from server import metrics
@@ -200,12 +200,13 @@ async def handle_prioritize(request: web.Request) -> web.Response:
     scores, best_node = rank(judge, ref, args.names)
     if best_node is not None:
         holds.hold(ref, best_node)
-    response, ms = _respond(wire.host_priorities(args.names, scores), started)
+    listed = standouts(args.names, scores)
+    response, ms = _respond(wire.host_priorities(listed), started)
     top = max(scores, default=0)
     best = list(islice((n for n, s in zip(args.names, scores) if s == top), FIRST_REASONS)) if top else []
     log.info("prioritize", extra={
         "verb": "prioritize", "pod": ref.display, "nodes_in": len(args.names),
-        "nodes_out": len(scores) - scores.count(0), "first_reasons": [f"{n}={top}" for n in best] or None,
+        "nodes_out": len(listed), "first_reasons": [f"{n}={top}" for n in best] or None,
         "decision": "scored" if ref.demand is not None else "not-a-model-pod", "duration_ms": round(ms, 3)})
     return response
 

@@ -16,14 +16,22 @@ def rank(judge: Judge, ref: PodRef, names: list[str]) -> tuple[list[int], str | 
     """`prioritize`, and the first node of the highest score where the pod fits (None: no such node)."""
     if ref.demand is None or ref.unreadable is not None:
         return [MIN_SCORE] * len(names), None
-    scores: list[int] = []
-    best, best_score = None, MIN_SCORE - 1
-    # A verdict's score is clamped to 0..10 (MinExtenderPriority..MaxExtenderPriority); 0 when it does not fit.
-    for name, verdict in zip(names, judge.verdicts(ref, names)):
-        if verdict is None or not verdict.ok:
-            scores.append(MIN_SCORE)
-            continue
-        scores.append(verdict.score)
-        if verdict.score > best_score:
-            best, best_score = name, verdict.score
-    return scores, best
+    # A verdict's score is clamped to 0..10 (MinExtenderPriority..MaxExtenderPriority); 0 where it does not fit.
+    verdicts = judge.verdicts(ref, names)
+    scores = [v.score if v is not None and v.ok else MIN_SCORE for v in verdicts]
+    top = max(scores, default=MIN_SCORE)
+    if top > MIN_SCORE:
+        return scores, names[scores.index(top)]
+    return scores, next((n for n, v in zip(names, verdicts) if v is not None and v.ok), None)
+
+
+def standouts(names: list[str], scores: list[int]) -> list[tuple[str, int]]:
+    """The entries of the /prioritize answer: each candidate's score less the lowest of them, the candidates
+    left at 0 left out. kube-scheduler adds score x weight to each node the answer lists and nothing to one it
+    leaves out, and every name it sent is a candidate: lowering them all by one amount keeps their order and
+    their ties. It cuts the answer from an entry per candidate (32 KB at 1,000 nodes, which kube-scheduler
+    decodes in its scheduling cycle) to the nodes that stand out. A node left out also gets no random
+    tie-break (schedule_one.go sets `Randomizer` only for listed nodes), as under a scheduler without
+    extenders."""
+    floor = min(scores, default=MIN_SCORE)
+    return [(name, score - floor) for name, score in zip(names, scores) if score > floor]

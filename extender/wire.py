@@ -107,9 +107,9 @@ def filter_error(error: str) -> dict[str, Any]:
     return {"Nodes": None, "NodeNames": None, "FailedNodes": None, "FailedAndUnresolvableNodes": None, "Error": error}
 
 
-def host_priorities(names: list[str], scores: list[int]) -> list[dict[str, Any]]:
+def host_priorities(entries: list[tuple[str, int]]) -> list[dict[str, Any]]:
     """`HostPriorityList`: a bare JSON array, Score an integer in 0..10."""
-    return [{"Host": n, "Score": s} for n, s in zip(names, scores)]
+    return [{"Host": n, "Score": s} for n, s in entries]
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from placement import fit as fitmod
 from placement.affinity import node_selector
 from placement.config import Settings
 from placement.demand import ModelDemand, is_model_pod, pod_shared_cpu_milli, pod_shared_memory, read_model_pod
-from placement.ledger import Holding, NodeLedger, NodeNRI
+from placement.ledger import STAMPS, Holding, NodeLedger, NodeNRI
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
     NUMA_ZONE, BalloonsPolicy, CPUSet, CPUSetError, Topology, node_topology, parse_balloons_policy,
@@ -269,11 +269,12 @@ class ClusterState:
                 self.nodes.pop(name, None)
                 self._ledgers.pop(name, None)
                 self._dirty.discard(name)
+                STAMPS.take(name)
             else:
                 info = _slim_node(obj)
                 if self.nodes.get(name) != info:
                     self.nodes[name] = info
-                    self._dirty.add(name)
+                    self._stale(name)
             self._check_homogeneity()
         elif kind == "BalloonsPolicy":
             key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
@@ -291,7 +292,7 @@ class ClusterState:
                 if self.nrts.get(name) == slim:
                     return
                 self.nrts[name] = slim
-            self._dirty.add(name)
+            self._stale(name)
             self._check_homogeneity()
         else:
             raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -405,9 +406,15 @@ class ClusterState:
 
     # -- ledgers -----------------------------------------------------------------------------------
 
+    def _stale(self, name: str) -> None:
+        """The node's ledger must be rebuilt before it is read again; what was derived from it no longer holds."""
+        self._dirty.add(name)
+        STAMPS.take(name)
+
     def _mark_all_dirty(self) -> None:
         self._dirty = set(self.nodes)
         self._homogeneous = None
+        STAMPS.forget()
 
     def _check_homogeneity(self) -> None:
         if self.settings.nri_reserved_cpu_list and self._homogeneous is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import deque
 from collections.abc import Container, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -46,9 +47,35 @@ class LedgerError(ValueError):
     pass
 
 
-# One sequence for every ledger: a stamp names one ledger in one state, so a reader that derived
-# something from a ledger knows it is still true while the stamp it saw is the ledger's stamp.
-_stamps = itertools.count()
+class Stamps:
+    """One sequence for every ledger: a stamp names one ledger in one state, so a reader that derived
+    something from a ledger knows it is still true while the stamp it saw is the ledger's stamp. The
+    sequence also remembers which node took each of its latest stamps: a reader that derived something
+    from every node up to some stamp learns which nodes changed since without looking at every node
+    (the extender's verdicts over 1,000 candidates, twice per scheduling cycle)."""
+
+    def __init__(self, keep: int = 1 << 16) -> None:
+        self.taken = 0
+        self._names: deque[str] = deque(maxlen=keep)
+
+    def take(self, node: str) -> int:
+        self.taken += 1
+        self._names.append(node)
+        return self.taken
+
+    def forget(self) -> None:
+        """Every node may have changed (a policy was replaced): `changed_since` knows nothing before now."""
+        self._names.clear()
+
+    def changed_since(self, stamp: int) -> list[str] | None:
+        """The nodes that took a stamp after `stamp`; None when the sequence no longer remembers so far back."""
+        count = self.taken - stamp
+        if count > len(self._names):
+            return None
+        return list(itertools.islice(reversed(self._names), count))
+
+
+STAMPS = Stamps()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +143,7 @@ class NodeLedger:
     _shared_memory: dict[str, int] = field(init=False, default_factory=dict)
     _shared_memory_total: int = field(init=False, default=0)
     _free_memory: tuple[int, ...] | None = field(init=False, default=None)
-    stamp: int = field(init=False, default_factory=lambda: next(_stamps))  # changes with every change
+    stamp: int = field(init=False)  # changes with every change (`STAMPS`)
     _by_identity: dict[ModelIdentity, dict[str, Holding]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -129,6 +156,7 @@ class NodeLedger:
         self._avail = list(self.capacity)
         self._mem_avail = list(self.numa_memory) or [0] * self.topology.numa_count
         self.memory_total = sum(self.numa_memory)
+        self.stamp = STAMPS.take(self.name)
 
     # -- what is free ------------------------------------------------------------------------------
 
@@ -233,7 +261,7 @@ class NodeLedger:
         if holding.identity is not None:
             self._by_identity.setdefault(holding.identity, {})[holding.uid] = holding
         self._free = self._free_memory = None
-        self.stamp = next(_stamps)
+        self.stamp = STAMPS.take(self.name)
 
     def force_hold(self, holding: Holding) -> None:
         """Record a pod that already runs here even if it does not fit: it really uses the cores,
@@ -268,7 +296,7 @@ class NodeLedger:
                 if not group:
                     del self._by_identity[holding.identity]
         self._free = self._free_memory = None
-        self.stamp = next(_stamps)
+        self.stamp = STAMPS.take(self.name)
         return holding
 
     def set_shared(self, uid: str, milli: int, balloon: str = "", memory: int = 0) -> None:
@@ -284,12 +312,12 @@ class NodeLedger:
         self._shared_by_type[balloon] = self._shared_by_type.get(balloon, 0) + milli
         self._shared_count[balloon] = self._shared_count.get(balloon, 0) + 1
         self._free = self._free_memory = None
-        self.stamp = next(_stamps)
+        self.stamp = STAMPS.take(self.name)
 
     def drop_shared(self, uid: str) -> None:
         if self._unshare(uid):
             self._free = self._free_memory = None
-            self.stamp = next(_stamps)
+            self.stamp = STAMPS.take(self.name)
 
     def _unshare(self, uid: str) -> bool:
         """Take pod `uid`'s shared containers out of the totals; False if it had none."""

@@ -9,6 +9,8 @@ through aiohttp on the event loop instead, with the same host, credentials and T
 from __future__ import annotations
 
 import ssl
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -18,6 +20,7 @@ import urllib3
 from kubernetes import client, config
 
 DEFAULT_TIMEOUT = (10.0, 60.0)  # (connect, read) seconds
+AUTH_SECONDS = 10.0  # how long LoopApi sends one credential before asking the client for it again
 
 
 class _Answer(Protocol):
@@ -121,33 +124,53 @@ class LoopApi:
     keep-alive connections. kube-scheduler waits on /bind's API call; in a worker thread it paid the hop and the
     thread contended for the GIL with the loop answering /filter and /prioritize. Create and use on the loop."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
-        self.api_client = api_client
+    def __init__(self, api_client: client.ApiClient, clock: Callable[[], float] = time.monotonic) -> None:
         cfg = api_client.configuration
+        self._clock = clock
+        self._config = cfg
+        # Read once: the client's `host` and `param_serialize` scan the environment for proxies on every call.
+        self._host = cfg.host.rstrip("/")
+        self._default_headers = dict(api_client.default_headers)
         self._proxy = cfg.proxy or None
         self._server_name = cfg.tls_server_name or None
+        self._auth: dict[str, str] = {}
+        self._auth_until = 0.0
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
-            ssl=_ssl_context(cfg) if cfg.host.startswith("https:") else False, limit=cfg.connection_pool_maxsize or 16))
+            ssl=_ssl_context(cfg) if self._host.startswith("https:") else False,
+            limit=cfg.connection_pool_maxsize or 16))
+
+    def _headers(self, body: bool) -> dict[str, str]:
+        now = self._clock()
+        if now >= self._auth_until:
+            # A rotated ServiceAccount token is re-read here (the loaders' refresh hooks), at most every
+            # AUTH_SECONDS: each refresh also re-sets the client's host, which scans the environment for proxies,
+            # a millisecond per call at a bind per scheduling cycle. The in-cluster loader itself re-reads the token
+            # file at most once a minute, and the kubelet rotates it long before the old one expires.
+            self._auth = {a["key"]: str(a["value"]) for a in self._config.auth_settings().values()}
+            self._auth_until = now + AUTH_SECONDS
+        headers = {**self._default_headers, "Accept": "application/json", **self._auth}
+        if body:
+            headers["Content-Type"] = "application/json"
+        return headers
 
     async def call(self, method: str, path: str, *, body: Any = None, error: type[KubeApiError] = KubeApiError,
                    context: str = "", timeout: float, connect_timeout: float) -> bytes:
         """The body of a 2xx answer within `timeout` seconds; otherwise `error` with the apiserver's message.
         TimeoutError when it did not answer in time (it may still act on the request); ConnectionError when the
         connection failed."""
-        method, url, headers, payload, _ = _serialize(self.api_client, method, path, None, body)
-        host = self.api_client.configuration.host
         try:
             async with self._session.request(
-                    method, url, headers=headers, data=None if payload is None else orjson.dumps(payload),
-                    proxy=self._proxy, server_hostname=self._server_name,
+                    method, self._host + path, headers=self._headers(body is not None),
+                    data=None if body is None else orjson.dumps(body), proxy=self._proxy,
+                    server_hostname=self._server_name,
                     timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=min(connect_timeout, timeout))) as resp:
                 data = await resp.read()
         except aiohttp.ConnectionTimeoutError as exc:  # a TimeoutError, but nothing was sent
-            raise ConnectionError(f"cannot reach the apiserver at {host}: {exc}") from None
+            raise ConnectionError(f"cannot reach the apiserver at {self._host}: {exc}") from None
         except TimeoutError:
             raise
         except aiohttp.ClientConnectionError as exc:
-            raise ConnectionError(f"cannot reach the apiserver at {host}: {exc or type(exc).__name__}") from None
+            raise ConnectionError(f"cannot reach the apiserver at {self._host}: {exc or type(exc).__name__}") from None
         if not 200 <= resp.status < 300:
             raise error.from_response(resp, data, context=context or f"{method} {path}")
         return data

@@ -38,6 +38,14 @@ def go_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def added(answer: list[Obj], names: list[str]) -> dict[str, int]:
+    """What kube-scheduler adds to each candidate from a HostPriorityList (schedule_one.go prioritizeNodes): the
+    listed score, nothing for a node left out. The answer must list only candidates, in their order, once."""
+    hosts = [h["Host"] for h in answer]
+    assert hosts == [n for n in names if n in set(hosts)], (hosts, names)
+    return {n: 0 for n in names} | {h["Host"]: h["Score"] for h in answer}
+
+
 def args_nodecache(pod: Obj, names: list[str]) -> bytes:
     """ExtenderArgs with nodeCacheCapable: true. No json tags: PascalCase keys, nil *NodeList is null."""
     return f'{{"Pod":{go_json(pod)},"Nodes":null,"NodeNames":{go_json(names)}}}'.encode()
@@ -107,8 +115,9 @@ class Ext:
     async def filter(self, pod: Obj, names: list[str]) -> Obj:
         return await self.ok("/filter", args_nodecache(pod, names))  # type: ignore[no-any-return]
 
-    async def prioritize(self, pod: Obj, names: list[str]) -> list[Obj]:
-        return await self.ok("/prioritize", args_nodecache(pod, names))  # type: ignore[no-any-return]
+    async def prioritize(self, pod: Obj, names: list[str]) -> dict[str, int]:
+        """The score kube-scheduler adds to each of `names` from our answer."""
+        return added(await self.ok("/prioritize", args_nodecache(pod, names)), names)
 
     async def bind(self, pod: Obj, node: str) -> str:
         answer = await self.ok("/bind", bind_args(pod, node))
@@ -185,7 +194,7 @@ async def test_filter_fixture_payloads_as_shipped(ext: Ext) -> None:
         assert all("not known to the extender" in m for m in answer["FailedAndUnresolvableNodes"].values())
 
 
-async def test_prioritize_is_a_bare_list_of_host_and_integer_score(ext: Ext) -> None:
+async def test_prioritize_lists_the_nodes_above_the_lowest_score_as_a_bare_list(ext: Ext) -> None:
     pod = model_pod(tp=2, cpus=16)
     names = DEMO_NODES + ["ghost"]
     # The configured strategy's score from the core's fit (asked before /prioritize holds the best node).
@@ -194,15 +203,19 @@ async def test_prioritize_is_a_bare_list_of_host_and_integer_score(ext: Ext) -> 
     demand = read_model_pod(pod, ext.cluster.settings)
     fits = {name: ext.cluster.fit(demand, ext.cluster.ledger(name)) for name in DEMO_NODES}  # type: ignore[arg-type]
     first = await ext.ok("/prioritize", args_nodecache(pod, names))
-    assert isinstance(first, list) and [p["Host"] for p in first] == names
+    assert isinstance(first, list) and first
     for entry in first:
         assert list(entry) == ["Host", "Score"]
-        assert type(entry["Score"]) is int and 0 <= entry["Score"] <= 10
-    scores = {p["Host"]: p["Score"] for p in first}
-    assert scores["ghost"] == 0 and scores["cpu-full"] == 0  # unknown, and does not fit
+        assert type(entry["Score"]) is int and 1 <= entry["Score"] <= 10  # a node at 0 is left out
+    scores = added(first, names)
+    assert scores["ghost"] == 0 and scores["cpu-full"] == 0  # unknown, and does not fit: the lowest, 0
     assert scores["cpu-a2"] > scores["cpu-a1"]  # MostAllocated: pack the half-used node
     for name, fit in fits.items():
         assert scores[name] == (fit.score if fit.ok else 0)
+    # Without the nodes at 0 every score is lowered by the lowest one: the same order, the same gaps.
+    fitting = [n for n in DEMO_NODES if fits[n].ok]
+    floor = min(fits[n].score for n in fitting)
+    assert await ext.prioritize(pod, fitting) == {n: fits[n].score - floor for n in fitting}
     # Deterministic: asking again for the same pod moves its own hold, it does not compete with it.
     assert await ext.ok("/prioritize", args_nodecache(pod, names)) == first
     assert await ext.ok("/prioritize", args_nodelist(pod, [{"metadata": {"name": n}} for n in names])) == first
@@ -212,8 +225,8 @@ async def test_scoring_strategy_is_the_configured_one(make_ext: MakeExt, demo_ob
     most = await make_ext(demo_objects)
     least = await make_ext(demo_objects, Settings(scoring_strategy="LeastAllocated"))
     pod = model_pod(tp=2, cpus=16)
-    m = {p["Host"]: p["Score"] for p in await most.prioritize(pod, ["cpu-a1", "cpu-a2"])}
-    n = {p["Host"]: p["Score"] for p in await least.prioritize(pod, ["cpu-a1", "cpu-a2"])}
+    m = await most.prioritize(pod, ["cpu-a1", "cpu-a2"])
+    n = await least.prioritize(pod, ["cpu-a1", "cpu-a2"])
     assert m["cpu-a2"] > m["cpu-a1"] and n["cpu-a1"] > n["cpu-a2"]
 
 
@@ -227,7 +240,7 @@ async def test_keys_are_matched_case_insensitively_as_go_does(ext: Ext) -> None:
     # The compatibility test of extender/v1 lowercases the whole document: NodeList too.
     whole = args_nodelist(pod, [{"metadata": {"name": "cpu-a1"}}]).decode().lower().encode()
     assert (await ext.ok("/filter", whole))["Nodes"]["items"][0]["metadata"]["name"] == "cpu-a1"
-    assert [p["Host"] for p in await ext.ok("/prioritize", lower)] == ["cpu-a1", "cpu-full"]
+    assert await ext.ok("/prioritize", lower) == [{"Host": "cpu-a1", "Score": 1}]  # cpu-full: 0, left out
     bind = bind_args(pod, "cpu-a1").decode().replace("PodName", "podname").replace("PodUID", "poduid")
     assert (await ext.ok("/bind", bind.replace('"Node"', '"node"').encode())) == {"Error": ""}
 
@@ -279,7 +292,7 @@ async def test_model_pod_with_unreadable_spec_is_unresolvable_everywhere_with_th
     assert set(answer["FailedAndUnresolvableNodes"]) == set(DEMO_NODES) and len(messages) == 1
     (message,) = messages
     assert "the pod cannot be placed until its spec is fixed" in message and "'three'" in message
-    assert all(p["Score"] == 0 for p in await ext.prioritize(pod, DEMO_NODES))
+    assert await ext.ok("/prioritize", args_nodecache(pod, DEMO_NODES)) == []  # no preference: every node at 0
 
 
 async def test_non_model_pod_passes_every_node_untouched(ext: Ext, demo_objects: list[Obj]) -> None:
@@ -290,7 +303,7 @@ async def test_non_model_pod_passes_every_node_untouched(ext: Ext, demo_objects:
     nodes = demo_nodes(demo_objects)
     listed = await ext.ok("/filter", args_nodelist(plain_pod(), nodes))
     assert listed["Nodes"] == {"metadata": {}, "items": nodes} and listed["NodeNames"] is None
-    assert all(p["Score"] == 0 for p in await ext.prioritize(plain_pod(), names))
+    assert await ext.ok("/prioritize", args_nodecache(plain_pod(), names)) == []
 
 
 async def test_unknown_node_is_a_failed_node_not_an_error(ext: Ext) -> None:
@@ -439,7 +452,7 @@ async def test_back_to_back_the_second_pod_never_gets_the_node(ext: Ext) -> None
     assert await ext.bind(a, "cpu-a1") == ""
     answer = await ext.filter(b, ["cpu-a1"])  # the watch has not shown the binding: only the assumption
     assert answer["NodeNames"] == [] and "the most any such node has free there is 9" in answer["FailedNodes"]["cpu-a1"]
-    assert (await ext.prioritize(b, ["cpu-a1"]))[0]["Score"] == 0
+    assert await ext.prioritize(b, ["cpu-a1"]) == {"cpu-a1": 0}
     error = await ext.bind(b, "cpu-a1")  # a scheduler that binds anyway is refused
     assert "needs 20 free cores" in error
     holders = [h.pod for h in ext.cluster.ledger("cpu-a1").holdings.values()]  # type: ignore[union-attr]

@@ -10,11 +10,12 @@ from typing import Any
 
 from hypothesis import given, settings as hsettings, strategies as st
 
-from extender.filter import Judge, explain, filter_nodes
+from extender.filter import UNKNOWN_NODE, Judge, explain, filter_nodes
 from extender.score import prioritize
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import read_model_pod
+from placement.ledger import STAMPS
 from server.cli import demo_text, load_objects
 
 Obj = dict[str, Any]
@@ -108,6 +109,36 @@ def test_verdicts_follow_the_ledger_as_it_changes() -> None:
     check_all(cluster, judge, "after")
     cluster.forget("uid-held-1")
     check_all(cluster, judge, "forgotten")
+
+
+def test_verdicts_follow_node_deletions_policy_changes_and_a_journal_that_forgot() -> None:
+    """A verdict is kept until the shared stamp journal says its node changed; a node deleted, a policy replaced
+    (every node at once) and more changes than the journal remembers must each show in the next answer."""
+    cluster = ClusterState.from_objects(fleet(), Settings())
+    judge = Judge(cluster)
+    check_all(cluster, judge, "before")
+    gone = next(o for o in fleet() if o["kind"] == "Node" and o["metadata"]["name"] == "cpu-a2")
+    cluster.apply("Node", "DELETED", gone)
+    ref = judge.read_pod(pod("after-delete", tp=1, cpus=8))
+    out = filter_nodes(judge, ref, ["cpu-a1", "cpu-a2"])
+    assert out.unresolvable == {"cpu-a2": UNKNOWN_NODE} and "cpu-a2" not in out.passed
+    policy = next(o for o in fleet() if o["kind"] == "BalloonsPolicy" and o["metadata"]["name"] == "node.cpu-a1")
+    policy["status"]["nodes"]["cpu-a1"]["status"] = "Failure"
+    cluster.apply("BalloonsPolicy", "MODIFIED", policy)
+    check_all(cluster, judge, "policy")
+    assert not filter_nodes(judge, judge.read_pod(pod("nri-down", tp=1, cpus=8)), ["cpu-a1"]).passed
+    # Fewer demands than the Judge keeps memos for (check_all asks more, so each round starts them over).
+    probes = [dict(tp=tp, cpus=cpus * tp) for tp in (1, 2) for cpus in (4, 8, 14)]
+    names = sorted(cluster.nodes)
+    for i, d in enumerate(probes):
+        judged(judge, pod(f"probe-{i}-a", **d), names)  # type: ignore[arg-type]
+    held = read_model_pod(pod("held", tp=2, cpus=16), cluster.settings)
+    assert cluster.assume("uid-held", "llm", "held", held, "cpu-b1").ok
+    for _ in range(70_000):  # other ledgers' changes push cpu-b1's out of the journal
+        STAMPS.take("elsewhere")
+    for i, d in enumerate(probes):
+        p = pod(f"probe-{i}-b", **d)  # type: ignore[arg-type]
+        assert judged(judge, p, names) == {n: expected(cluster, p, n) for n in names}, d
 
 
 def test_warming_judges_every_node_a_model_was_not_asked_about() -> None:

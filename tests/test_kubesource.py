@@ -14,7 +14,7 @@ from kubernetes import client
 
 from placement.cluster import ClusterState
 from placement.config import Settings
-from server.kubeapi import BindError, KubeApiError, LoopApi, bind_pod, get_json, make_api_client
+from server.kubeapi import AUTH_SECONDS, BindError, KubeApiError, LoopApi, bind_pod, get_json, make_api_client
 import orjson
 
 from server.kubesource import Backoff, BulkLoadGC, KubeSource, list_once
@@ -511,8 +511,8 @@ async def test_bulk_load_gc_is_raised_during_sync_and_restored(fake: FakeApiServ
     assert gc.get_threshold() == before
 
 
-def test_make_api_client_from_kubeconfig_sends_its_token(fake: FakeApiServer, tmp_path: Any) -> None:
-    seed(fake)
+def token_kubeconfig(tmp_path: Any, fake: FakeApiServer) -> Any:
+    """A kubeconfig for the fake apiserver whose user authenticates with the token s3cret."""
     kubeconfig = tmp_path / "config"
     kubeconfig.write_text(f"""
 apiVersion: v1
@@ -522,10 +522,40 @@ users: [{{name: me, user: {{token: s3cret}}}}]
 contexts: [{{name: fake, context: {{cluster: fake, user: me}}}}]
 current-context: fake
 """)
-    api_client = make_api_client(str(kubeconfig), False)
+    return kubeconfig
+
+
+def test_make_api_client_from_kubeconfig_sends_its_token(fake: FakeApiServer, tmp_path: Any) -> None:
+    seed(fake)
+    api_client = make_api_client(str(token_kubeconfig(tmp_path, fake)), False)
     try:
         state = cluster()
         assert list_once(state, api_client, tune_gc=False)["Node"] == 3
     finally:
         api_client.close()
     assert set(fake.authorization) == {"Bearer s3cret"}
+
+
+async def test_the_loop_client_sends_the_token_and_rereads_a_rotated_one(fake: FakeApiServer, tmp_path: Any) -> None:
+    """/bind goes through LoopApi: it must authenticate as the watches do, and pick up a ServiceAccount token the
+    kubelet rotated (the client's refresh hook) without a restart, while asking the client for it seldom."""
+    seed(fake)
+    api_client = make_api_client(str(token_kubeconfig(tmp_path, fake)), False)
+    now = [0.0]
+    loop_api = LoopApi(api_client, clock=lambda: now[0])
+    try:
+        fake.authorization.clear()
+        assert orjson.loads(await loop_api.call("GET", "/api/v1/nodes", timeout=5, connect_timeout=1))["kind"] == "NodeList"
+        assert list(fake.authorization) == ["Bearer s3cret"]
+
+        def rotate(cfg: client.Configuration) -> None:  # as the in-cluster loader's hook does
+            cfg.api_key["BearerToken"] = "Bearer rotated"
+
+        api_client.configuration.refresh_api_key_hook = rotate
+        await loop_api.call("GET", "/api/v1/nodes", timeout=5, connect_timeout=1)
+        now[0] += AUTH_SECONDS
+        await loop_api.call("GET", "/api/v1/nodes", timeout=5, connect_timeout=1)
+        assert list(fake.authorization) == ["Bearer s3cret", "Bearer s3cret", "Bearer rotated"]
+    finally:
+        await loop_api.close()
+        api_client.close()

@@ -1,0 +1,3 @@
+module model-placement/tests/peers/nullextender
+
+go 1.24
