@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_scheduler import bound_count, clones  # noqa: E402
+from bench.bench_scheduler import Binds, clones  # noqa: E402
 from tests.e2e.cluster import Cluster, node, wait_until  # noqa: E402
 from tests.e2e.fleet import model_pod  # noqa: E402
 
@@ -147,9 +147,13 @@ def run(cluster: Cluster, template: dict[str, Any], tree: Path, pods: int) -> di
     since = len(log.read_text().splitlines())
     cluster.create_pods(clones(template, BENCH_NS, SCHEDULER, pods))
     before = bind_results(cluster)
+    binds = Binds(cluster, BENCH_NS)
     started = time.monotonic()
     cluster.start_scheduler(edit=lambda c: c.update(leaderElection={"leaderElect": False}))
-    wait_until(f"{pods} pods bound", lambda: bound_count(cluster, BENCH_NS) >= pods, timeout=900, every=0.5)
+    try:
+        wait_until(f"{pods} pods bound", lambda: len(binds.times) >= pods, timeout=900, every=0.5)
+    finally:
+        binds.close()
     wall = time.monotonic() - started
     after = bind_results(cluster)
     results = {k: after.get(k, 0) - before.get(k, 0) for k in after}

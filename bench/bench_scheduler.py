@@ -1,45 +1,71 @@
-"""The real kube-scheduler placing pending model pods, with our extender and without it, same run.
+"""The real kube-scheduler placing pending model pods: with our extender, with an extender that does no work, and
+without any, same run.
 
-    python bench/bench_scheduler.py [--nodes 1000 5000] [--pods 300] [--rounds 3]
+    python bench/bench_scheduler.py [--nodes 1000 5000] [--pods 300] [--rounds 3] [--qps N]
 
 For each fleet size: one control plane (tests/e2e/cluster.py), N empty 2-NUMA Xeon nodes, model-placement
-installed from manifests/. Two kube-scheduler configurations from the same binary and the manifests' configuration:
-one with our extender (profile model-placement-scheduler), one with the `extenders:` stanza removed (profile
-bench-plain). Each round places `--pods` pods with each, in turn (the order alternates between rounds, so a machine
-growing busier or quieter favours neither): the pods are created while that scheduler is stopped, then it is started;
-pods/s is the bound pods over the time from the first bind seen to the last; then they are deleted. Both get the same
-pods: copies of one pod as our webhook mutated it (20 models), differing only in schedulerName. The figures are
-medians over the rounds, the ratio the median of the rounds' own ratios; the machine's load average is printed.
+installed from manifests/. Three kube-scheduler configurations from the same binary and the manifests' configuration:
+- ours: as the manifests give it (profile model-placement-scheduler);
+- null: the `extenders:` stanza pointed at tests/peers/nullextender (a Go server whose /filter passes every candidate
+  and whose /prioritize states no preference, over the same HTTPS, no bindVerb): what calling any extender costs
+  kube-scheduler here, apart from what the extender itself spends;
+- plain: the `extenders:` stanza removed.
+Each round places `--pods` pods with each, in turn (the order rotates between rounds, so a machine growing busier or
+quieter favours none): the pods are created while that scheduler is stopped, then it is started; pods/s is the bound
+pods over the time from the first bind seen (one watch) to the last; then they are deleted. All get the same pods:
+copies of one pod as our webhook mutated it (20 models), differing only in schedulerName. The figures are medians
+over the rounds, each ratio the median of the rounds' own ratios to plain; the machine's load average is printed.
 The extender's share: the seconds our server spent answering /filter and /prioritize (its own request-duration
-metric) over the wall time of the run; /bind runs off the scheduling cycle and is shown apart.
+metric) over the wall time of the run; /bind runs off the scheduling cycle and is shown apart. CPU per placed pod is
+read for every process from /proc over the same span.
+
+kube-scheduler's own API client is limited to 50 requests/s (burst 100) unless its configuration says otherwise, and
+the manifests leave it: the plain scheduler then binds at that rate once the burst is spent, while with our extender
+the binds are ours. `--qps` lifts the limit in all three, which measures the scheduling work alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import re
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.e2e.cluster import Cluster, node, wait_until  # noqa: E402
+from tests.e2e.cluster import Cluster, Component, free_port, node, wait_until  # noqa: E402
 from tests.e2e.fleet import model_pod  # noqa: E402
+from tests.peers.build import build  # noqa: E402
 
-TEMPLATE_NS, EXTENDED_NS, PLAIN_NS = "bench-template", "bench", "bench-plain"
+TEMPLATE_NS, EXTENDED_NS = "bench-template", "bench"
 PLAIN = "bench-plain"
 
 
-def without_extender(config: dict[str, Any]) -> None:
-    config.pop("extenders", None)
-    config["profiles"] = [{"schedulerName": PLAIN}]
-    config["leaderElection"] = {"leaderElect": False}
+def client_rate(qps: int | None) -> Any:
+    """The edit that sets kube-scheduler's own API client rate (clientConnection qps and burst); None: as the
+    manifests leave it (kube-scheduler's defaults, 50 and 100)."""
+    def edit(config: dict[str, Any]) -> None:
+        if qps is not None:
+            config.setdefault("clientConnection", {}).update(qps=qps, burst=qps)
+    return edit
+
+
+def without_extender(qps: int | None) -> Any:
+    def edit(config: dict[str, Any]) -> None:
+        config.pop("extenders", None)
+        config["profiles"] = [{"schedulerName": PLAIN}]
+        config["leaderElection"] = {"leaderElect": False}
+        client_rate(qps)(config)
+    return edit
 
 
 def route_seconds(cluster: Cluster) -> dict[str, float]:
@@ -53,21 +79,66 @@ def route_seconds(cluster: Cluster) -> dict[str, float]:
     return out
 
 
-def bound_count(cluster: Cluster, namespace: str) -> int:
-    pods = cluster.api.get(f"/api/v1/namespaces/{namespace}/pods?fieldSelector=spec.nodeName!%3D&limit=100000")
-    return len(pods["items"])
+class Binds:
+    """When each pod of a namespace was first seen bound, from one watch (polling the pod list instead cost the
+    apiserver ~15 ms a list of 300 pods, 2 ms per placed pod, and more the longer a run took: it taxed the slower
+    run most)."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.times: dict[str, float] = {}
+        self._resp = cluster.api.http.request(
+            "GET", f"{cluster.server}/api/v1/namespaces/{namespace}/pods?watch=1&fieldSelector=spec.nodeName%21%3D",
+            headers={**cluster.api.auth, "Accept": "application/json"}, preload_content=False, timeout=None)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        buffer = b""
+        with suppress(Exception):  # the stream ends when `close` shuts it
+            for chunk in self._resp.stream(65536):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    event = json.loads(line)
+                    name = event["object"]["metadata"]["name"]
+                    if event["type"] in ("ADDED", "MODIFIED") and name not in self.times:
+                        self.times[name] = time.monotonic()
+
+    def close(self) -> None:
+        self._resp.shutdown()
+        self._resp.release_conn()
 
 
-def timed_run(cluster: Cluster, namespace: str, pods: int, start: Any) -> tuple[float, float]:
-    """(pods/s, wall seconds): `start` launches the scheduler; measured from its first bind to the last."""
-    start()
-    first = wait_until("the first bind", lambda: bound_count(cluster, namespace) > 0 and time.monotonic(),
-                       timeout=300, every=0.05)
-    first_bound = bound_count(cluster, namespace)
-    wait_until(f"{pods} pods bound in {namespace}", lambda: bound_count(cluster, namespace) >= pods,
-               timeout=1800, every=0.25)
-    wall = time.monotonic() - first
-    return (pods - first_bound) / wall, wall
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(cluster: Cluster) -> dict[str, float]:
+    """CPU seconds (user + system) each running component has used so far, from /proc."""
+    out = {}
+    for name, comp in cluster.components.items():
+        if comp.alive():
+            assert comp.proc is not None
+            fields = Path(f"/proc/{comp.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[name.removesuffix("-plain").removesuffix("-null")] = (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
+def timed_run(cluster: Cluster, namespace: str, pods: int, start: Any) -> tuple[float, float, dict[str, float]]:
+    """(pods/s, wall seconds, CPU ms per pod of each component): `start` launches the scheduler; measured from
+    its first bind to the last."""
+    binds = Binds(cluster, namespace)
+    try:
+        start()
+        wait_until("the first bind", lambda: binds.times, timeout=300, every=0.01)
+        before = cpu_seconds(cluster)
+        wait_until(f"{pods} pods bound in {namespace}", lambda: len(binds.times) >= pods, timeout=1800, every=0.05)
+        after = cpu_seconds(cluster)
+    finally:
+        binds.close()
+    times = sorted(binds.times.values())
+    wall = times[-1] - times[0]
+    placed = len(times) - 1
+    return placed / wall, wall, {k: 1000 * (after[k] - before[k]) / placed for k in after if k in before}
 
 
 def clones(template: dict[str, Any], namespace: str, scheduler: str, count: int) -> list[dict[str, Any]]:
@@ -90,22 +161,48 @@ def clones(template: dict[str, Any], namespace: str, scheduler: str, count: int)
     return out
 
 
-def extended_run(cluster: Cluster, template: dict[str, Any], namespace: str, pods: int) -> dict[str, float]:
-    cluster.create_pods(clones(template, namespace, "model-placement-scheduler", pods))
+ARMS = ("ours", "null", "plain")
+SCHEDULER = {"ours": "model-placement-scheduler", "null": "bench-null", "plain": PLAIN}
+
+
+def with_null_extender(port: int, qps: int | None) -> Any:
+    """The manifests' extender stanza pointed at the null extender: the same HTTPS, filter and prioritize only."""
+    def edit(config: dict[str, Any]) -> None:
+        ours = config["extenders"][0]
+        config["extenders"] = [{**{k: v for k, v in ours.items() if k not in ("bindVerb", "preemptVerb")},
+                                "urlPrefix": f"https://127.0.0.1:{port}"}]
+        config["profiles"] = [{"schedulerName": SCHEDULER["null"]}]
+        config["leaderElection"] = {"leaderElect": False}
+        client_rate(qps)(config)
+    return edit
+
+
+def start_null_extender(cluster: Cluster) -> int:
+    tls = cluster.mounts["extender"]["/etc/model-placement-tls"]
+    port = free_port()
+    cluster.components["null-extender"] = Component(
+        "null-extender", [str(build("nullextender")), f"--listen=127.0.0.1:{port}", f"--tls-cert={tls / 'tls.crt'}",
+                          f"--tls-key={tls / 'tls.key'}"], cluster.logs / "null-extender.log").start()
+    return port
+
+
+def arm_run(cluster: Cluster, template: dict[str, Any], which: str, namespace: str, pods: int, qps: int | None,
+            null_port: int) -> dict[str, float]:
+    cluster.create_pods(clones(template, namespace, SCHEDULER[which], pods))
+    component = {"ours": "kube-scheduler", "null": "kube-scheduler-null", "plain": "kube-scheduler-plain"}[which]
+    edit = {"ours": client_rate(qps), "null": with_null_extender(null_port, qps), "plain": without_extender(qps)}[which]
     before = route_seconds(cluster)
-    rate, wall = timed_run(cluster, namespace, pods, cluster.start_scheduler)
-    after = route_seconds(cluster)
-    ms = {r: 1000 * (after.get(r, 0) - before.get(r, 0)) / pods for r in ("/filter", "/prioritize", "/bind")}
-    return {"rate": rate, "share": (ms["/filter"] + ms["/prioritize"]) * pods / 1000 / wall, **ms}
+    rate, wall, cpu = timed_run(cluster, namespace, pods, lambda: cluster.start_scheduler(component, edit))
+    cluster.components[component].stop()
+    out = {"rate": rate, **{f"cpu {k}": v for k, v in cpu.items()}}
+    if which == "ours":
+        after = route_seconds(cluster)
+        ms = {r: 1000 * (after.get(r, 0) - before.get(r, 0)) / pods for r in ("/filter", "/prioritize", "/bind")}
+        out.update(ms, share=(ms["/filter"] + ms["/prioritize"]) * pods / 1000 / wall)
+    return out
 
 
-def plain_run(cluster: Cluster, template: dict[str, Any], namespace: str, pods: int) -> float:
-    cluster.create_pods(clones(template, namespace, PLAIN, pods))
-    return timed_run(cluster, namespace, pods, lambda: cluster.start_scheduler("kube-scheduler-plain",
-                                                                              without_extender))[0]
-
-
-def run(nodes: int, pods: int, rounds: int) -> dict[str, Any]:
+def run(nodes: int, pods: int, rounds: int, qps: int | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
         cluster = Cluster(Path(tmp))
         try:
@@ -117,32 +214,26 @@ def run(nodes: int, pods: int, rounds: int) -> dict[str, Any]:
             cluster.create_nodes([node(f"node-{i:05d}", numa=2, cores_per_numa=32) for i in range(nodes)])
             cluster.start_model_placement("webhook")
             cluster.start_model_placement("extender")
-            # One pod through our webhook gives the production shape; the measured pods are its copies, so both
-            # schedulers get the very same pods and the measure is the scheduler's, not the webhook's.
+            null_port = start_null_extender(cluster)
+            # One pod through our webhook gives the production shape; the measured pods are its copies, so every
+            # scheduler gets the very same pods and the measure is the scheduler's, not the webhook's.
             cluster.create_pods([model_pod("template", TEMPLATE_NS, tp=1, cpu="16")])
             template = cluster.pods(TEMPLATE_NS)[0]
-            extended: list[dict[str, float]] = []
-            plain: list[float] = []
+            runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
             for i in range(rounds):
-                order = ("extended", "plain") if i % 2 == 0 else ("plain", "extended")
-                for which in order:
-                    namespace = f"{EXTENDED_NS if which == 'extended' else PLAIN_NS}-{i}"
+                for which in ARMS[i % 3:] + ARMS[:i % 3]:
+                    namespace = f"{EXTENDED_NS}-{which}-{i}"
                     cluster.create_namespace(namespace, enabled=False)
-                    if which == "extended":
-                        extended.append(extended_run(cluster, template, namespace, pods))
-                        cluster.components["kube-scheduler"].stop()
-                    else:
-                        plain.append(plain_run(cluster, template, namespace, pods))
-                        cluster.components["kube-scheduler-plain"].stop()
+                    runs[which].append(arm_run(cluster, template, which, namespace, pods, qps, null_port))
                     # Same nodes, empty again for the next run. Forced: with no kubelet, a graceful delete of a
                     # bound pod never completes.
                     cluster.api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
                     wait_until(f"the pods of {namespace} gone", lambda ns=namespace: not cluster.pods(ns), timeout=120)
-            med = {key: statistics.median(r[key] for r in extended) for key in extended[0]}
-            return {"nodes": nodes, "pods": pods, "rounds": rounds, "extended": med["rate"],
-                    "plain": statistics.median(plain),
-                    "ratio": statistics.median(e["rate"] / p for e, p in zip(extended, plain)),
-                    "ratios": [e["rate"] / p for e, p in zip(extended, plain)], **med}
+            med = {arm: {key: statistics.median(r[key] for r in runs[arm]) for key in runs[arm][0]} for arm in ARMS}
+            ratios = {arm: [r["rate"] / p["rate"] for r, p in zip(runs[arm], runs["plain"])] for arm in ARMS}
+            processes = sorted({k for arm in ARMS for k in med[arm] if k.startswith("cpu ")})
+            return {"nodes": nodes, "pods": pods, "rounds": rounds, "qps": qps, "med": med, "ratios": ratios,
+                    "cpu": {k.removeprefix("cpu "): tuple(med[arm].get(k, 0.0) for arm in ARMS) for k in processes}}
         except BaseException:
             print(cluster.tails(), file=sys.stderr)
             raise
@@ -155,23 +246,35 @@ def main() -> int:
     p.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     p.add_argument("--pods", type=int, default=300)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--qps", type=int, default=None,
+                   help="kube-scheduler's API client qps and burst, all three schedulers (default: the manifests', "
+                        "i.e. kube-scheduler's 50 and 100, which cap the plain scheduler's own binds)")
     args = p.parse_args()
     goals = {1000: 0.8, 5000: 0.5}
     rows = []
     for n in args.nodes:
         load = os.getloadavg()
-        rows.append({**run(n, args.pods, args.rounds), "load": (load, os.getloadavg())})
-    print("| nodes | pods × rounds | with extender (pods/s) | without (pods/s) | ratio (goal) [each round] "
-          "| extender share of the cycle | /filter per pod | /prioritize per pod | /bind per pod "
-          "| load before → after |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+        rows.append({**run(n, args.pods, args.rounds, args.qps), "load": (load, os.getloadavg())})
+    print("| nodes | pods × rounds | client qps | ours (pods/s) | null extender | plain | ours / plain (goal) [each round] "
+          "| null / plain [each round] | extender share of the cycle | /filter per pod | /prioritize per pod "
+          "| /bind per pod | load before → after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        goal = goals.get(r["nodes"])
-        each = ", ".join(f"{x:.2f}" for x in r["ratios"])
-        print(f"| {r['nodes']:,} | {r['pods']} × {r['rounds']} | {r['extended']:.1f} | {r['plain']:.1f} "
-              f"| **{r['ratio']:.2f}**{f' (≥ {goal})' if goal else ''} [{each}] | {100 * r['share']:.0f} % "
-              f"| {r['/filter']:.1f} ms | {r['/prioritize']:.1f} ms | {r['/bind']:.1f} ms "
+        goal, med = goals.get(r["nodes"]), r["med"]
+        ours, null = (", ".join(f"{x:.2f}" for x in r["ratios"][arm]) for arm in ("ours", "null"))
+        print(f"| {r['nodes']:,} | {r['pods']} × {r['rounds']} | {r['qps'] or '50 (default)'} "
+              f"| {med['ours']['rate']:.1f} | {med['null']['rate']:.1f} | {med['plain']['rate']:.1f} "
+              f"| **{statistics.median(r['ratios']['ours']):.2f}**{f' (≥ {goal})' if goal else ''} [{ours}] "
+              f"| {statistics.median(r['ratios']['null']):.2f} [{null}] | {100 * med['ours']['share']:.0f} % "
+              f"| {med['ours']['/filter']:.1f} ms | {med['ours']['/prioritize']:.1f} ms | {med['ours']['/bind']:.1f} ms "
               f"| {r['load'][0][0]:.1f} → {r['load'][1][0]:.1f} |")
+    print("\nCPU ms per placed pod, each process (median over the rounds): ours / null extender / plain")
+    print("| nodes | " + " | ".join(rows[0]["cpu"]) + " | all |")
+    print("|---|" + "---|" * (len(rows[0]["cpu"]) + 1))
+    for r in rows:
+        cells = [" / ".join(f"{v:.1f}" for v in values) for values in r["cpu"].values()]
+        totals = " / ".join(f"{sum(v[i] for v in r['cpu'].values()):.1f}" for i in range(len(ARMS)))
+        print(f"| {r['nodes']:,} | " + " | ".join(cells) + f" | {totals} |")
     return 0
 
 
