@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from extender.filter import UNKNOWN_NODE, Judge, explain, filter_nodes
+from extender.filter import MAX_DEMANDS, UNKNOWN_NODE, Judge, explain, filter_nodes
 from extender.score import prioritize
 from placement.cluster import ClusterState
 from placement.config import Settings
@@ -77,9 +78,9 @@ DEMANDS = [
 ]
 
 
-def check_all(cluster: ClusterState, judge: Judge, tag: str) -> None:
+def check_all(cluster: ClusterState, judge: Judge, tag: str, demands: list[dict[str, Any]] = DEMANDS) -> None:
     names = sorted(cluster.nodes)
-    for i, d in enumerate(DEMANDS):
+    for i, d in enumerate(demands):
         for replica in ("a", "b"):  # the second replica shares the first one's verdicts
             p = pod(f"{tag}-{i}-{replica}", **d)  # type: ignore[arg-type]
             got = judged(judge, p, names)
@@ -94,10 +95,14 @@ def test_verdicts_equal_direct_fit_for_every_node_demand_and_policy() -> None:
         check_all(cluster, Judge(cluster), strategy)
 
 
-def test_verdicts_follow_the_ledger_as_it_changes() -> None:
+@pytest.mark.parametrize("half", [0, 1])
+def test_verdicts_follow_the_ledger_as_it_changes(half: int) -> None:
+    # Half the demands at a time: fewer than the Judge keeps memos for, so each round reuses the last one's verdicts.
+    demands = DEMANDS[half::2]
+    assert len(demands) < MAX_DEMANDS
     cluster = ClusterState.from_objects(fleet(), Settings())
     judge = Judge(cluster)
-    check_all(cluster, judge, "before")
+    check_all(cluster, judge, "before", demands)
     # Assumed pods (our own binds), on nodes with maxBalloons (cpu-b1) and elsewhere; a shared-pool hog.
     for i, (node, tp, cpus) in enumerate([("cpu-b1", 1, 4), ("cpu-a1", 2, 16), ("cpu-snc4", 1, 6)]):  # cpu-b1: now at maxBalloons
         p = pod(f"held-{i}", tp=tp, cpus=cpus)
@@ -106,9 +111,9 @@ def test_verdicts_follow_the_ledger_as_it_changes() -> None:
                                    "spec": {"nodeName": "cpu-nosmt",
                                             "containers": [{"name": "c", "resources": {"requests": {"cpu": "30"}}}]},
                                    "status": {"phase": "Running"}})
-    check_all(cluster, judge, "after")
+    check_all(cluster, judge, "after", demands)
     cluster.forget("uid-held-1")
-    check_all(cluster, judge, "forgotten")
+    check_all(cluster, judge, "forgotten", demands)
 
 
 def test_verdicts_follow_node_deletions_policy_changes_and_a_journal_that_forgot() -> None:
@@ -127,7 +132,7 @@ def test_verdicts_follow_node_deletions_policy_changes_and_a_journal_that_forgot
     cluster.apply("BalloonsPolicy", "MODIFIED", policy)
     check_all(cluster, judge, "policy")
     assert not filter_nodes(judge, judge.read_pod(pod("nri-down", tp=1, cpus=8)), ["cpu-a1"]).passed
-    # Fewer demands than the Judge keeps memos for (check_all asks more, so each round starts them over).
+    # Fewer demands than the Judge keeps memos for, so the second ask reuses the first one's verdicts.
     probes = [dict(tp=tp, cpus=cpus * tp) for tp in (1, 2) for cpus in (4, 8, 14)]
     names = sorted(cluster.nodes)
     for i, d in enumerate(probes):
