@@ -52,7 +52,8 @@ class Stamps:
     something from a ledger knows it is still true while the stamp it saw is the ledger's stamp. The
     sequence also remembers which node took each of its latest stamps: a reader that derived something
     from every node up to some stamp learns which nodes changed since without looking at every node
-    (the extender's verdicts over 1,000 candidates, twice per scheduling cycle)."""
+    (the extender's verdicts over 1,000 candidates, twice per scheduling cycle). Taken on one thread only, like
+    every change to the ledgers (the servers' event loop, where the watches apply their events)."""
 
     def __init__(self, keep: int = 1 << 16) -> None:
         self.taken = 0
