@@ -48,21 +48,19 @@ class LedgerError(ValueError):
 
 
 class Stamps:
-    """One sequence for every ledger: a stamp names one ledger in one state, so a reader that derived
-    something from a ledger knows it is still true while the stamp it saw is the ledger's stamp. The
-    sequence also remembers which node took each of its latest stamps: a reader that derived something
-    from every node up to some stamp learns which nodes changed since without looking at every node
-    (the extender's verdicts over 1,000 candidates, twice per scheduling cycle). Taken on one thread only, like
-    every change to the ledgers (the servers' event loop, where the watches apply their events)."""
+    """One sequence for every change to a ledger, remembering which node took each of its latest stamps: a
+    reader that derived something from every node up to some stamp learns which nodes changed since without
+    looking at every node (the extender's verdicts over 1,000 candidates, twice per scheduling cycle). Taken on
+    one thread only, like every change to the ledgers (the servers' event loop, where the watches apply their
+    events)."""
 
     def __init__(self, keep: int = 1 << 16) -> None:
         self.taken = 0
         self._names: deque[str] = deque(maxlen=keep)
 
-    def take(self, node: str) -> int:
+    def take(self, node: str) -> None:
         self.taken += 1
         self._names.append(node)
-        return self.taken
 
     def forget(self) -> None:
         """Every node may have changed (a policy was replaced): `changed_since` knows nothing before now."""
@@ -144,7 +142,6 @@ class NodeLedger:
     _shared_memory: dict[str, int] = field(init=False, default_factory=dict)
     _shared_memory_total: int = field(init=False, default=0)
     _free_memory: tuple[int, ...] | None = field(init=False, default=None)
-    stamp: int = field(init=False)  # changes with every change (`STAMPS`)
     _by_identity: dict[ModelIdentity, dict[str, Holding]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -157,7 +154,7 @@ class NodeLedger:
         self._avail = list(self.capacity)
         self._mem_avail = list(self.numa_memory) or [0] * self.topology.numa_count
         self.memory_total = sum(self.numa_memory)
-        self.stamp = STAMPS.take(self.name)
+        STAMPS.take(self.name)
 
     # -- what is free ------------------------------------------------------------------------------
 
@@ -262,7 +259,7 @@ class NodeLedger:
         if holding.identity is not None:
             self._by_identity.setdefault(holding.identity, {})[holding.uid] = holding
         self._free = self._free_memory = None
-        self.stamp = STAMPS.take(self.name)
+        STAMPS.take(self.name)
 
     def force_hold(self, holding: Holding) -> None:
         """Record a pod that already runs here even if it does not fit: it really uses the cores,
@@ -297,7 +294,7 @@ class NodeLedger:
                 if not group:
                     del self._by_identity[holding.identity]
         self._free = self._free_memory = None
-        self.stamp = STAMPS.take(self.name)
+        STAMPS.take(self.name)
         return holding
 
     def set_shared(self, uid: str, milli: int, balloon: str = "", memory: int = 0) -> None:
@@ -313,12 +310,12 @@ class NodeLedger:
         self._shared_by_type[balloon] = self._shared_by_type.get(balloon, 0) + milli
         self._shared_count[balloon] = self._shared_count.get(balloon, 0) + 1
         self._free = self._free_memory = None
-        self.stamp = STAMPS.take(self.name)
+        STAMPS.take(self.name)
 
     def drop_shared(self, uid: str) -> None:
         if self._unshare(uid):
             self._free = self._free_memory = None
-            self.stamp = STAMPS.take(self.name)
+            STAMPS.take(self.name)
 
     def _unshare(self, uid: str) -> bool:
         """Take pod `uid`'s shared containers out of the totals; False if it had none."""
