@@ -47,25 +47,6 @@ from tests.e2e.fleet import model_pod  # noqa: E402
 from tests.peers.build import build  # noqa: E402
 
 TEMPLATE_NS, EXTENDED_NS = "bench-template", "bench"
-PLAIN = "bench-plain"
-
-
-def client_rate(qps: int | None) -> Any:
-    """The edit that sets kube-scheduler's own API client rate (clientConnection qps and burst); None: as the
-    manifests leave it (kube-scheduler's defaults, 50 and 100)."""
-    def edit(config: dict[str, Any]) -> None:
-        if qps is not None:
-            config.setdefault("clientConnection", {}).update(qps=qps, burst=qps)
-    return edit
-
-
-def without_extender(qps: int | None) -> Any:
-    def edit(config: dict[str, Any]) -> None:
-        config.pop("extenders", None)
-        config["profiles"] = [{"schedulerName": PLAIN}]
-        config["leaderElection"] = {"leaderElect": False}
-        client_rate(qps)(config)
-    return edit
 
 
 def route_seconds(cluster: Cluster) -> dict[str, float]:
@@ -162,18 +143,25 @@ def clones(template: dict[str, Any], namespace: str, scheduler: str, count: int)
 
 
 ARMS = ("ours", "null", "plain")
-SCHEDULER = {"ours": "model-placement-scheduler", "null": "bench-null", "plain": PLAIN}
+SCHEDULER = {"ours": "model-placement-scheduler", "null": "bench-null", "plain": "bench-plain"}
 
 
-def with_null_extender(port: int, qps: int | None) -> Any:
-    """The manifests' extender stanza pointed at the null extender: the same HTTPS, filter and prioritize only."""
+def arm_config(which: str, qps: int | None, null_port: int) -> Any:
+    """The edit of the manifests' KubeSchedulerConfiguration for one arm. `qps` sets kube-scheduler's own API client
+    rate (clientConnection qps and burst); None leaves the manifests' (kube-scheduler's defaults, 50 and 100). Ours
+    is otherwise as given. Null keeps the extender stanza pointed at the null extender: the same HTTPS, filter and
+    prioritize only. Plain drops it. Those two get their own profile and no leader election."""
     def edit(config: dict[str, Any]) -> None:
-        ours = config["extenders"][0]
-        config["extenders"] = [{**{k: v for k, v in ours.items() if k not in ("bindVerb", "preemptVerb")},
-                                "urlPrefix": f"https://127.0.0.1:{port}"}]
-        config["profiles"] = [{"schedulerName": SCHEDULER["null"]}]
+        if qps is not None:
+            config.setdefault("clientConnection", {}).update(qps=qps, burst=qps)
+        if which == "ours":
+            return
+        ours = config.pop("extenders")[0]
+        if which == "null":
+            config["extenders"] = [{**{k: v for k, v in ours.items() if k not in ("bindVerb", "preemptVerb")},
+                                    "urlPrefix": f"https://127.0.0.1:{null_port}"}]
+        config["profiles"] = [{"schedulerName": SCHEDULER[which]}]
         config["leaderElection"] = {"leaderElect": False}
-        client_rate(qps)(config)
     return edit
 
 
@@ -189,10 +177,10 @@ def start_null_extender(cluster: Cluster) -> int:
 def arm_run(cluster: Cluster, template: dict[str, Any], which: str, namespace: str, pods: int, qps: int | None,
             null_port: int) -> dict[str, float]:
     cluster.create_pods(clones(template, namespace, SCHEDULER[which], pods))
-    component = {"ours": "kube-scheduler", "null": "kube-scheduler-null", "plain": "kube-scheduler-plain"}[which]
-    edit = {"ours": client_rate(qps), "null": with_null_extender(null_port, qps), "plain": without_extender(qps)}[which]
+    component = "kube-scheduler" if which == "ours" else f"kube-scheduler-{which}"
     before = route_seconds(cluster)
-    rate, wall, cpu = timed_run(cluster, namespace, pods, lambda: cluster.start_scheduler(component, edit))
+    rate, wall, cpu = timed_run(cluster, namespace, pods,
+                                lambda: cluster.start_scheduler(component, arm_config(which, qps, null_port)))
     cluster.components[component].stop()
     out = {"rate": rate, **{f"cpu {k}": v for k, v in cpu.items()}}
     if which == "ours":

@@ -134,8 +134,9 @@ class Preemption:
         if rec is None or self.runtime.api_client is None:
             ns, name = (rec.namespace, rec.name) if rec is not None else ("", uid)
             return {"metadata": {"uid": uid, "namespace": ns, "name": name}}
-        pod = await self._get(f"/api/v1/namespaces/{quote(rec.namespace, safe='')}/pods/"
-                              f"{quote(rec.name, safe='')}", deadline)
+        from server.kubeapi import pod_path
+
+        pod = await self._get(pod_path(rec.namespace, rec.name), deadline)
         return pod if (pod.get("metadata") or {}).get("uid") == uid else {"metadata": {"uid": uid}}
 
     # -- /preempt -------------------------------------------------------------------------------------

@@ -76,20 +76,6 @@ def make_api_client(
     return client.ApiClient(cfg)
 
 
-def _serialize(api_client: client.ApiClient, method: str, path: str, query: dict[str, Any] | None,
-               body: Any) -> tuple[str, str, dict[str, str], Any, Any]:
-    """(method, url, headers, body, post_params) with the client's host and credentials (a rotated
-    ServiceAccount token or an exec plugin's is refreshed here)."""
-    headers = {"Accept": "application/json"}
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
-    return api_client.param_serialize(  # type: ignore[no-any-return]
-        method=method, resource_path=path, query_params=params, header_params=headers, body=body,
-        auth_settings=["BearerToken"],
-    )
-
-
 def request(
     api_client: client.ApiClient,
     method: str,
@@ -103,7 +89,15 @@ def request(
 
     The caller reads (or streams) the body and then calls ``release_conn()`` (fully read) or ``close()``.
     """
-    return api_client.call_api(*_serialize(api_client, method, path, query, body), _request_timeout=timeout).response
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
+    serialized = api_client.param_serialize(
+        method=method, resource_path=path, query_params=params, header_params=headers, body=body,
+        auth_settings=["BearerToken"],
+    )
+    return api_client.call_api(*serialized, _request_timeout=timeout).response
 
 
 def _ssl_context(cfg: client.Configuration) -> ssl.SSLContext:
@@ -234,6 +228,5 @@ def evict_pod(api_client: client.ApiClient, namespace: str, name: str, uid: str,
     message, e.g. 429 ``Cannot evict pod as it would violate the pod's disruption budget.``"""
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
                 "deleteOptions": {"preconditions": {"uid": uid}}}
-    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/eviction"
-    resp = request(api_client, "POST", path, body=eviction, timeout=timeout)
+    resp = request(api_client, "POST", pod_path(namespace, name) + "/eviction", body=eviction, timeout=timeout)
     _body(resp, EvictionError, f"evicting pod {namespace}/{name}")
