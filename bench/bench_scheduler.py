@@ -7,7 +7,7 @@ For each fleet size: one control plane (tests/e2e/cluster.py), N empty 2-NUMA Xe
 installed from manifests/. Three kube-scheduler configurations from the same binary and the manifests' configuration:
 - ours: as the manifests give it (profile model-placement-scheduler);
 - null: the `extenders:` stanza pointed at tests/peers/nullextender (a Go server whose /filter passes every candidate
-  and whose /prioritize states no preference, over the same HTTPS, no bindVerb): what calling any extender costs
+  and whose /prioritize states no preference, in the same scheme as ours, no bindVerb): what calling any extender costs
   kube-scheduler here, apart from what the extender itself spends;
 - plain: the `extenders:` stanza removed.
 Each round places `--pods` pods with each, in turn (the order rotates between rounds, so a machine growing busier or
@@ -149,7 +149,7 @@ SCHEDULER = {"ours": "model-placement-scheduler", "null": "bench-null", "plain":
 def arm_config(which: str, qps: int | None, null_port: int) -> Any:
     """The edit of the manifests' KubeSchedulerConfiguration for one arm. `qps` sets kube-scheduler's own API client
     rate (clientConnection qps and burst); None leaves the manifests' (kube-scheduler's defaults, 50 and 100). Ours
-    is otherwise as given. Null keeps the extender stanza pointed at the null extender: the same HTTPS, filter and
+    is otherwise as given. Null keeps the extender stanza pointed at the null extender: the same scheme, filter and
     prioritize only. Plain drops it. Those two get their own profile and no leader election."""
     def edit(config: dict[str, Any]) -> None:
         if qps is not None:
@@ -159,18 +159,20 @@ def arm_config(which: str, qps: int | None, null_port: int) -> Any:
         ours = config.pop("extenders")[0]
         if which == "null":
             config["extenders"] = [{**{k: v for k, v in ours.items() if k not in ("bindVerb", "preemptVerb")},
-                                    "urlPrefix": f"https://127.0.0.1:{null_port}"}]
+                                    "urlPrefix": f"{ours['urlPrefix'].split(':', 1)[0]}://127.0.0.1:{null_port}"}]
         config["profiles"] = [{"schedulerName": SCHEDULER[which]}]
         config["leaderElection"] = {"leaderElect": False}
     return edit
 
 
 def start_null_extender(cluster: Cluster) -> int:
-    tls = cluster.mounts["extender"]["/etc/model-placement-tls"]
+    """The null extender in the scheme ours is called in (the manifests: plain HTTP on loopback)."""
     port = free_port()
+    tls = [f"--tls-cert={cluster.tls.cert_file}", f"--tls-key={cluster.tls.key_file}"] \
+        if cluster.scheme("extender") == "https" else []
     cluster.components["null-extender"] = Component(
-        "null-extender", [str(build("nullextender")), f"--listen=127.0.0.1:{port}", f"--tls-cert={tls / 'tls.crt'}",
-                          f"--tls-key={tls / 'tls.key'}"], cluster.logs / "null-extender.log").start()
+        "null-extender", [str(build("nullextender")), f"--listen=127.0.0.1:{port}", *tls],
+        cluster.logs / "null-extender.log").start()
     return port
 
 

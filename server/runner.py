@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import ipaddress
 import logging
 from typing import Any
 
@@ -68,6 +69,13 @@ async def _publish_source_metrics(runtime: Runtime, every: float = 5.0) -> None:
         await asyncio.sleep(every)
 
 
+def _loopback(host: str | None) -> bool:
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def make_runtime(args: argparse.Namespace, settings: Settings) -> Runtime:
     limit = args.extender_body_limit or EXTENDER_BODY_LIMIT
     if args.kubeconfig or args.in_cluster:
@@ -86,6 +94,10 @@ async def run(args: argparse.Namespace, settings: Settings, stop: asyncio.Event 
     if args.insecure_http:
         if args.tls_cert or args.tls_key:
             log.warning("--insecure-http given: ignoring --tls-cert/--tls-key")
+        if not _loopback(args.host):
+            # Plain HTTP is safe only where nothing but the pod itself can connect (the scheduler's sidecar).
+            log.warning("plain HTTP on a non-loopback address: anyone who reaches it can call the server",
+                        extra={"reason": f"--insecure-http with --host {args.host}"})
     else:
         if not (args.tls_cert and args.tls_key):
             log.error("TLS is required: give --tls-cert and --tls-key (or --insecure-http for plain HTTP)")

@@ -336,8 +336,8 @@ def check_scheduler_config(cfg: dict[str, Any]) -> list[str]:
         errors += [f"unknown tlsConfig key {k!r}" for k in set(tls) - EXTENDER_TLS_KEYS]
         for mr in ext.get("managedResources", []):
             errors += [f"unknown managedResources key {k!r}" for k in set(mr) - EXTENDER_MANAGED_RESOURCE_KEYS]
-        if ext.get("urlPrefix") != "https://127.0.0.1:8444":
-            errors.append("urlPrefix must be https://127.0.0.1:8444 (the sidecar, loopback only)")
+        if ext.get("urlPrefix") != "http://127.0.0.1:8444":
+            errors.append("urlPrefix must be http://127.0.0.1:8444 (the sidecar, loopback only)")
         for key, verb in EXTENDER_VERBS.items():
             if ext.get(key) != verb:
                 errors.append(f"{key} must be {verb!r}")
@@ -346,8 +346,9 @@ def check_scheduler_config(cfg: dict[str, Any]) -> list[str]:
             errors.append("weight must be a positive integer when prioritizeVerb is set")
         if ext.get("nodeCacheCapable") is not True:
             errors.append("nodeCacheCapable must be true")
-        if ext.get("enableHTTPS") is not True:
-            errors.append("enableHTTPS must be true")
+        # Loopback inside the pod: nothing else can reach it, so TLS would only cost CPU on every cycle.
+        if ext.get("enableHTTPS") is not False:
+            errors.append("enableHTTPS must be false (the sidecar is on loopback)")
         if "ignorable" not in ext or ext["ignorable"] is not False:
             errors.append("ignorable must be explicitly false")
         timeout = ext.get("httpTimeout")
@@ -355,11 +356,8 @@ def check_scheduler_config(cfg: dict[str, Any]) -> list[str]:
             errors.append(f"httpTimeout must be a Go duration, got {timeout!r}")
         if ext.get("managedResources"):
             errors.append("managedResources would hide model pods that request no extended resource")
-        if tls.get("insecure"):
-            errors.append("tlsConfig.insecure must not be set")
-        for key in ("caFile", "certFile", "keyFile"):
-            if not tls.get(key):
-                errors.append(f"tlsConfig.{key} is required (server verification and client certificate)")
+        if tls:
+            errors.append("tlsConfig is unused over plain HTTP: remove it")
     return errors
 
 
@@ -741,32 +739,24 @@ def test_scheduler_pod_wires_the_extender() -> None:
     base_k = load_all(BASE / "kustomization.yaml")[0]
     (gen,) = [g for g in base_k["configMapGenerator"] if g["name"] == "model-placement-scheduler-config"]
     assert gen["files"] == [f"{key}=config/kube-scheduler.yaml"]
-    # Every TLS file kube-scheduler reads comes from the TLS Secret.
-    for field in ("caFile", "certFile", "keyFile"):
-        volume, key = mount_source(dep, sched, ext["tlsConfig"][field])
-        assert volume["secret"]["secretName"] == TLS_SECRET and key in TLS_KEYS, field
-    assert ext["tlsConfig"]["serverName"] == f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc"
-    # The extender sidecar listens where urlPrefix points, loopback only, and verifies client certificates.
+    # The extender sidecar listens where urlPrefix points, loopback only, in plain HTTP: the pod mounts no TLS Secret.
+    assert all("secret" not in v for v in dep["spec"]["template"]["spec"]["volumes"])
     sidecar = container(dep, "extender")
     args = sidecar["args"]
     assert [a for a in args if not a.startswith("-")][0] == "extender"  # global flags may come first
     f = flags(args)
     port = ext["urlPrefix"].rsplit(":", 1)[1]
     assert f["port"] == port and f["host"] == "127.0.0.1" and f["in-cluster"] is True
-    for flag in ("tls-cert", "tls-key", "client-ca", "config"):
-        volume, key = mount_source(dep, sidecar, str(f[flag]))
-        if flag == "config":
-            assert volume["configMap"]["name"] == "model-placement-config" and key == "config.yaml"
-        else:
-            assert volume["secret"]["secretName"] == TLS_SECRET and key in TLS_KEYS
-    assert "insecure-http" not in f
+    volume, key = mount_source(dep, sidecar, str(f["config"]))
+    assert volume["configMap"]["name"] == "model-placement-config" and key == "config.yaml"
+    assert f["insecure-http"] is True and not {"tls-cert", "tls-key", "client-ca"} & set(f)
     # It answers /bind and /preempt within the httpTimeout of the very configuration kube-scheduler reads.
     source = mount_source(dep, sidecar, str(f["scheduler-config"]))
     assert source is not None and source == mount_source(dep, sched, str(config_flag))
     # Probes reach the loopback listener from inside the container.
     for probe in ("readinessProbe", "livenessProbe"):
         cmd = sidecar[probe]["exec"]["command"]
-        assert cmd[:2] == ["python", "-c"] and f"127.0.0.1:{port}" in cmd[2]
+        assert cmd[:2] == ["python", "-c"] and f"http://127.0.0.1:{port}" in cmd[2]
         compile(cmd[2], probe, "exec")
     assert sidecar["readinessProbe"]["exec"]["command"][3] == "/readyz"
     assert sidecar["livenessProbe"]["exec"]["command"][3] == "/healthz"
@@ -1063,10 +1053,10 @@ def test_checkers_reject_broken_inputs() -> None:
     cfg["extenders"][0]["enableHttps"] = cfg["extenders"][0].pop("enableHTTPS")
     assert any("enableHttps" in e for e in check_scheduler_config(cfg))
     cfg = copy.deepcopy(scheduler_config())
-    cfg["extenders"][0]["tlsConfig"]["caFiles"] = "x"
+    cfg["extenders"][0]["tlsConfig"] = {"caFiles": "x"}
     cfg["extenders"][0]["ignorable"] = True
     cfg["extenders"][0]["httpTimeout"] = 5
-    assert len(check_scheduler_config(cfg)) == 3
+    assert len(check_scheduler_config(cfg)) == 4
 
     (policy,) = load_all(EXAMPLES / "balloonspolicy.yaml")
     bad = copy.deepcopy(policy)

@@ -164,6 +164,19 @@ async def test_insecure_http_is_plain_http_only_when_asked(started: list[ServerP
     assert server.stop() == 0
 
 
+@pytest.mark.parametrize("host, warned", [("127.0.0.1", False), ("0.0.0.0", True)])
+def test_plain_http_off_loopback_is_warned_of(started: list[ServerProcess], host: str, warned: bool) -> None:
+    # The manifests' extender sidecar runs plain HTTP on loopback; the same flag on another address is reachable
+    # from outside the pod, which the operator must hear about.
+    server = ServerProcess(["extender", "--insecure-http", "--host", host, "--port", "0", "--drain-seconds", "0"])
+    started.append(server)
+    warnings = [e for e in server.lines if e.get("level") == "warning" and "non-loopback" in e["msg"]]
+    assert bool(warnings) is warned, server.lines
+    if warned:
+        assert warnings[0]["reason"] == "--insecure-http with --host 0.0.0.0"
+    assert server.stop() == 0
+
+
 async def test_extender_with_client_ca_admits_only_certificates_from_that_ca(
         started: list[ServerProcess], tls_dir: Path, tmp_path: Path) -> None:
     scheduler_ca, stranger_ca = make_ca("kube-scheduler-client-ca"), make_ca("some-other-ca")

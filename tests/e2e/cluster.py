@@ -163,6 +163,13 @@ class Api:
             list(pool.map(lambda o: self.call("POST", path_of(o), o), objects))
 
 
+# Our servers: the Deployment, container and ServiceAccount each runs as.
+OURS = {
+    "webhook": ("model-placement-webhook", "webhook", "model-placement-webhook"),
+    "extender": ("model-placement-scheduler", "extender", "model-placement-scheduler"),
+}
+
+
 class Cluster:
     """The control plane (started by `start`) and model-placement installed on it (`install`)."""
 
@@ -371,10 +378,7 @@ class Cluster:
 
     def start_model_placement(self, which: str) -> Component:
         """Our webhook (`which` = webhook) or extender, with the args and env of its container."""
-        deployment, name, sa = {
-            "webhook": ("model-placement-webhook", "webhook", "model-placement-webhook"),
-            "extender": ("model-placement-scheduler", "extender", "model-placement-scheduler"),
-        }[which]
+        deployment, name, sa = OURS[which]
         container = self.container(deployment, name)
         mounts = self.materialize_volumes(deployment, container)
         kubeconfig = self.service_account_kubeconfig(sa)
@@ -393,9 +397,22 @@ class Cluster:
             ctx.load_cert_chain(self.tls.cert_file, self.tls.key_file)
         return ctx
 
+    def scheme(self, which: str) -> str:
+        """http or https, as the args of our server's container in the manifests say."""
+        deployment, name, _ = OURS[which]
+        return "http" if "--insecure-http" in self.container(deployment, name)["args"] else "https"
+
+    def url(self, which: str, port: int | None = None) -> str:
+        """Where one of our servers answers (or the front at `port` that stands in for it)."""
+        return f"{self.scheme(which)}://{LOOPBACK}:{port or self.ports[which]}"
+
+    def client_tls(self, which: str) -> ssl.SSLContext | None:
+        """What a caller of our server `which` presents and trusts; None over plain HTTP."""
+        return self.tls_context(client=which == "extender") if self.scheme(which) == "https" else None
+
     def get_ours(self, which: str, path: str, timeout: float = 5) -> tuple[int, bytes]:
-        http = urllib3.PoolManager(ssl_context=self.tls_context(client=which == "extender"), assert_hostname=False)
-        resp = http.request("GET", f"https://{LOOPBACK}:{self.ports[which]}{path}", timeout=timeout, retries=False)
+        http = urllib3.PoolManager(ssl_context=self.client_tls(which), assert_hostname=False)
+        resp = http.request("GET", f"{self.url(which)}{path}", timeout=timeout, retries=False)
         return resp.status, resp.data
 
     def wait_ready(self, which: str, timeout: float = 60) -> None:
@@ -412,14 +429,14 @@ class Cluster:
     def start_scheduler(self, component: str = "kube-scheduler",
                         edit: Callable[[dict[str, Any]], None] | None = None) -> Component:
         """kube-scheduler with the manifests' KubeSchedulerConfiguration; rewritten: the extender's urlPrefix,
-        its TLS file paths, and clientConnection.kubeconfig (the ServiceAccount's token, as in-cluster).
+        its TLS file paths where it has any, and clientConnection.kubeconfig (the ServiceAccount's token, as in-cluster).
         `edit` changes the configuration further (the bench's scheduler without the extender)."""
         container = self.container("model-placement-scheduler", "kube-scheduler")
         mounts = {}  # a copy per scheduler process: each may have its own configuration
         for mount, local in self.materialize_volumes("model-placement-scheduler", container).items():
             mounts[mount] = self.root / "volumes" / component / Path(mount).name
             shutil.copytree(local, mounts[mount], dirs_exist_ok=True)
-        tls_dir = self.mounts["extender"]["/etc/model-placement-tls"]
+        tls_dir = Path(self.tls.cert_file).parent  # an extender stanza with TLS trusts and presents the bundle
         kubeconfig = self.service_account_kubeconfig("model-placement-scheduler")
         for mount, local in mounts.items():
             for path in local.glob("*.yaml"):
@@ -427,7 +444,7 @@ class Cluster:
                 if config.get("kind") != "KubeSchedulerConfiguration":
                     continue
                 for ext in config.get("extenders", []):
-                    ext["urlPrefix"] = f"https://{LOOPBACK}:{self.front['extender']}"
+                    ext["urlPrefix"] = self.url("extender", self.front["extender"])
                     tls = ext.get("tlsConfig", {})
                     for key in ("caFile", "certFile", "keyFile"):
                         if key in tls:

@@ -47,7 +47,7 @@ def fixture_name(path: str, body: dict[str, Any]) -> str | None:
 
 
 class Proxy:
-    """An HTTPS front that forwards to one of our servers and keeps the first request and answer of each kind."""
+    """A front in the same scheme as the server it forwards to one of our servers and keeps the first request and answer of each kind."""
 
     def __init__(self, cluster: Cluster, which: str) -> None:
         self.cluster, self.which = cluster, which
@@ -56,7 +56,7 @@ class Proxy:
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
-        upstream = f"https://{LOOPBACK}:{self.cluster.ports[self.which]}{request.path_qs}"
+        upstream = f"{self.cluster.url(self.which)}{request.path_qs}"
         async with self.session.post(upstream, data=body, headers={"Content-Type": "application/json"}) as resp:
             answer = await resp.read()
             status = resp.status
@@ -67,12 +67,13 @@ class Proxy:
         return web.Response(body=answer, status=status, content_type="application/json")
 
     async def serve(self) -> None:
-        self.session = ClientSession(connector=TCPConnector(
-            ssl=self.cluster.tls_context(client=self.which == "extender")))
+        self.session = ClientSession(connector=TCPConnector(ssl=self.cluster.client_tls(self.which) or False))
         app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/{verb:.*}", self.handle)
-        serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        serving.load_cert_chain(self.cluster.tls.cert_file, self.cluster.tls.key_file)
+        serving = None
+        if self.cluster.scheme(self.which) == "https":
+            serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            serving.load_cert_chain(self.cluster.tls.cert_file, self.cluster.tls.key_file)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, LOOPBACK, self.port, ssl_context=serving).start()

@@ -31,7 +31,7 @@ func answer(result func(args) any) http.HandlerFunc {
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to serve on")
-	cert := flag.String("tls-cert", "", "serving certificate (PEM)")
+	cert := flag.String("tls-cert", "", "serving certificate (PEM); none: plain HTTP")
 	key := flag.String("tls-key", "", "its private key (PEM)")
 	flag.Parse()
 	http.HandleFunc("/filter", answer(func(a args) any {
@@ -39,7 +39,11 @@ func main() {
 			"FailedAndUnresolvableNodes": map[string]string{}, "Error": ""}
 	}))
 	http.HandleFunc("/prioritize", answer(func(args) any { return []any{} }))
-	if err := http.ListenAndServeTLS(*listen, *cert, *key, nil); err != nil {
+	serve := func() error { return http.ListenAndServe(*listen, nil) }
+	if *cert != "" {
+		serve = func() error { return http.ListenAndServeTLS(*listen, *cert, *key, nil) }
+	}
+	if err := serve(); err != nil {
 		fmt.Fprintln(os.Stderr, "null-extender:", err)
 		os.Exit(1)
 	}
