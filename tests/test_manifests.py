@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate")
-from kubernetes_validate import utils as kv  # noqa: E402
+from kubernetes_validate import utils as kv
+
+from placement.config import load_settings
+from tests.peers.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -780,11 +782,8 @@ def test_settings_config() -> None:
         assert volume["configMap"]["name"] == "model-placement-config" and key == "config.yaml"
 
 
-def test_settings_config_loads_with_the_real_settings_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    config = pytest.importorskip("placement.config")
-    if not hasattr(config, "load_settings"):
-        pytest.skip("placement.config.load_settings not available yet")
-    settings = config.load_settings(BASE / "config" / "model-placement.yaml", env={})
+def test_settings_config_loads_with_the_real_settings_model() -> None:
+    settings = load_settings(BASE / "config" / "model-placement.yaml", env={})
     assert settings.scheduler_name == SCHEDULER_NAME
 
 
@@ -927,21 +926,18 @@ def test_images_are_overridable_in_both_entry_points() -> None:
 
 # ------------------------------------------------------------------------------------------------ kustomize builds
 
-KUBECTL = shutil.which("kubectl")
-
-
 def _kustomize(path: Path) -> list[dict[str, Any]]:
-    assert KUBECTL is not None
+    # The kubectl of the kube peer (the release tests/e2e runs), not whatever is on PATH: its built-in kustomize is
+    # the one the manifests are checked with, and it is there on every machine that runs the tests.
     out = subprocess.run(
-        [KUBECTL, "kustomize", str(path)], check=True, capture_output=True, text=True, timeout=120
+        [str(build("kube")), "kubectl", "kustomize", str(path)], check=True, capture_output=True, text=True,
+        timeout=120,
     ).stdout
     return [d for d in yaml.safe_load_all(out) if d is not None]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    if KUBECTL is None:
-        pytest.skip("kubectl (with built-in kustomize) not on PATH")
     work = tmp_path_factory.mktemp("kustomize") / "manifests"
     shutil.copytree(MANIFESTS, work, ignore=shutil.ignore_patterns("tls.crt", "tls.key", "ca.crt"))
     pem = b"-----BEGIN CERTIFICATE-----\nMIIBdummy\n-----END CERTIFICATE-----\n"
