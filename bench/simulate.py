@@ -58,9 +58,9 @@ give identical figures, the per-node histories included.
 
 Other choices: allocatable = capacity - 2 CPUs (system + kube reserved); the generated policies reserve the
 `standard` profile's 12 CPUs rounded up to whole cores on every NUMA node, which kube-scheduler knows nothing
-about. Every deploy is its own model (unique `model-manager.io/model`), so the pre-flight's "a model's own pods
-count as free" never applies. When a pod leaves a node, the scheduler's retry of pending pods comes first (it
-reacts to the delete event), then kubelet's retry of failing pods there. The stream steers the number of live
+about. Every deploy is its own model (unique `model-manager.io/model`), so the pre-flight's "a replacement may
+have the cores of its model's pod being deleted" never applies. When a pod leaves a node, the scheduler's retry of
+pending pods comes first (it reacts to the delete event), then kubelet's retry of failing pods there. The stream steers the number of live
 deploys towards `--load` × the fleet's model cores / the mean deploy (in the user's cores). "Stranded" and the
 other figures are defined in the printed output (`DEFINITIONS`).
 """
@@ -319,7 +319,7 @@ def pod_object(d: Deploy) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": d.name, "namespace": d.namespace, "uid": d.uid,
-                     # Unique per deploy: the pre-flight's "own pods count as free" never applies.
+                     # Unique per deploy: a replacement's own-model rule never applies.
                      "labels": {MODEL_LABEL: d.name, "app.kubernetes.io/name": d.model},
                      "annotations": annotations, "creationTimestamp": _stamp(d.seq)},
         "spec": {"containers": [{

@@ -150,8 +150,8 @@ class Judge:
 
     @staticmethod
     def ref(uid: str, namespace: str, name: str, display: str, rv: str, demand: ModelDemand | None) -> PodRef:
-        # Without the pod's name and the model's identity (only admission's own-pods-count-as-free reads
-        # it), replicas of a model ask the same question and share their verdicts.
+        # Without the pod's name and the model's identity (only admission reads it, for the cores of a
+        # replaced pod), replicas of a model ask the same question and share their verdicts.
         key = replace(demand, pod="", identity=None) if demand is not None else None
         return PodRef(uid, namespace, name, display, rv, demand, key)
 

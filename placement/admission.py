@@ -9,7 +9,7 @@ from typing import Any
 
 from placement.cluster import ClusterState
 from placement.mutation import Mutation, mutate_pod
-from placement.demand import OUT_TYPE
+from placement.demand import OUT_MESSAGE, OUT_TYPE, controller_of
 from placement.fit import INSUFFICIENT_FREE
 from placement.preflight import NRI_FALLBACK, REPLICAS, Verdict, preflight
 
@@ -94,6 +94,9 @@ def validate(subject: Subject, cluster: ClusterState, require_mutated: bool = Fa
     if mode == "skip" or subject.replicas == 0:
         return Decision(True, mode, "skipped", "", (), mutation, None, subject.replicas)
     verdict = preflight(demand, mutation.pod["spec"], cluster, subject.replicas, mutation.resolution)
+    waiting = _waiting_text(subject, verdict)
+    if waiting:
+        return Decision(True, mode, verdict.check, waiting, verdict.notes, mutation, verdict, subject.replicas)
     if verdict.allowed and require_mutated and subject.kind == "Pod" and not _mutated(subject.pod):
         verdict = replace(verdict, allowed=False, check=NOT_MUTATED, message=(
             f"{demand.pod} was not processed by the model-placement mutating webhook (it has no {OUT_TYPE} "
@@ -105,12 +108,44 @@ def validate(subject: Subject, cluster: ClusterState, require_mutated: bool = Fa
         return Decision(True, mode, "skipped", "", verdict.notes, mutation, verdict, subject.replicas)
     # warn mode admits and tells the same text; the webhook splits it into warnings the apiserver keeps.
     if update and verdict.check in CAPACITY_TODAY:
-        message = (f"{verdict.message} Admitted as an update: the workload may scale ahead of its capacity; pods that "
-                   "do not fit stay Pending until cores are free.")
+        message = (f"{verdict.message} Admitted as an update: the workload may scale ahead of its capacity; its pods "
+                   "that do not fit are admitted, wait Pending, and are bound as soon as cores are free.")
         return Decision(True, mode, verdict.check, message, verdict.notes, mutation, verdict, subject.replicas)
     allowed = mode == "warn"
     return Decision(allowed, mode, verdict.check, verdict.message, verdict.notes, mutation, verdict,
                     subject.replicas)
+
+
+def _waiting_text(subject: Subject, verdict: Verdict) -> str:
+    """Why a controller's pod that does not fit now is admitted anyway, or "" when it is not such a pod. A refused
+    create puts the controller into exponential backoff (minutes, doubling) that outlives the shortage; admitted,
+    the pod waits in the scheduler's queue and is bound on the next cluster change that makes room."""
+    if subject.kind != "Pod" or verdict.allowed or verdict.check not in CAPACITY_TODAY:
+        return ""
+    owner = controller_of(subject.pod.get("metadata") or {})
+    if owner is None:
+        return ""
+    return (f"{verdict.message} Admitted because {owner} creates it (a refusal would put it into growing "
+            "backoff): it waits Pending and is bound as soon as room appears.")
+
+
+def waiting_reason(mutation: Mutation, cluster: ClusterState, namespace: str = "") -> str:
+    """Why this controller's pod, which does not fit now, is admitted to wait Pending; "" when it fits, is a
+    person's pod, or is not judged."""
+    demand = mutation.demand
+    meta = mutation.pod.get("metadata") or {}
+    if demand is None or demand.problems or demand.preflight == "skip" or controller_of(meta) is None:
+        return ""
+    verdict = preflight(demand, mutation.pod["spec"], cluster, 1, mutation.resolution)
+    return _waiting_text(Subject("Pod", mutation.pod, 1, namespace or "default"), verdict)
+
+
+def keep_reason(mutation: Mutation, reason: str) -> Mutation:
+    """The mutation with `reason` kept on the pod (`OUT_MESSAGE`, after the policy's own sentence): the admission
+    warning reaches only the controller-manager, `kubectl describe pod` reaches the operator."""
+    annotations = mutation.pod["metadata"]["annotations"]
+    annotations[OUT_MESSAGE] = " ".join(filter(None, (annotations.get(OUT_MESSAGE), reason)))
+    return mutation
 
 
 def _mutated(pod: Mapping[str, Any]) -> bool:

@@ -62,6 +62,7 @@ class PodRecord(NamedTuple):
     assumed_at: float | None = None
     shared_memory: int = 0  # bytes the containers without exclusive cores request
     priority: int = 0  # spec.priority, which the apiserver's Priority plugin sets before any webhook sees the pod
+    leaving: bool = False  # deletionTimestamp set: it holds its cores until it is gone, and its replacement may have them
 
     @property
     def active(self) -> bool:
@@ -311,7 +312,7 @@ class ClusterState:
             model, None if model is not None and _only_container(spec, model.container)
             else pod_shared_cpu_milli(spec, skip=model.container if model is not None else None),
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
-            pod_priority(spec),
+            pod_priority(spec), bool(meta.get("deletionTimestamp")),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------
@@ -521,9 +522,13 @@ class ClusterState:
         return fitmod.fit(demand, ledger, self.settings.mm_kubelet_threads_per_core, self.settings.scoring_strategy)
 
     def fit_admission(self, demand: ModelDemand, ledger: NodeLedger) -> fitmod.Fit:
-        """Admission's question: as `fit`, with the model's own running pods counted as free."""
-        return fitmod.fit(demand, ledger, self.settings.mm_kubelet_threads_per_core, self.settings.scoring_strategy,
-                          own_free=True)
+        """Admission's question: as `fit`, with the cores of this model's pods being deleted on the node counted as
+        free. A pod that replaces one of them (a rolling update with maxSurge 0, a re-created StatefulSet pod) may
+        have them: the scheduler binds it once they are gone. A new replica needs new cores, at admission as at
+        /filter, however many pods of its model run."""
+        leaving = [uid for uid in ledger.held_by(demand.identity) if (rec := self.pods.get(uid)) and rec.leaving] \
+            if demand.identity is not None else ()
+        return self.fit(demand, ledger.scratch(evicted=leaving) if leaving else ledger)
 
     # -- assumed pods (our own /bind) ----------------------------------------------------------------
 

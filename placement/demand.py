@@ -54,7 +54,7 @@ _PARALLEL = (
 
 @dataclass(frozen=True, slots=True)
 class ModelIdentity:
-    """Pods of one model: their held capacity counts as free when the same model is re-deployed."""
+    """Pods of one model: a workload's replicas replace its running pods, a pod the ones being deleted."""
 
     namespace: str
     label: str
@@ -126,6 +126,15 @@ def pod_display_name(pod: Mapping[str, Any], namespace: str = "") -> str:
     ns = meta.get("namespace") or namespace or "default"
     name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "<unnamed>")
     return f"{ns}/{name}"
+
+
+def controller_of(meta: Mapping[str, Any]) -> str | None:
+    """The controller that creates this pod ("ReplicaSet llama-7f9c"), from its ownerReference with
+    `controller: true`; None for a pod a person created."""
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return f"{ref.get('kind', 'controller')} {ref.get('name', '')}".strip()
+    return None
 
 
 def is_model_pod(labels: Mapping[str, Any] | None, settings: Settings) -> bool:

@@ -137,11 +137,8 @@ def _refuse(node: str, check: str, reason: str, resolvable: bool, fp: Footprint 
     return Fit(node, False, check, reason, resolvable, footprint=fp)
 
 
-def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy: str,
-        own_free: bool = False) -> Fit:
-    """Does the demand fit this node now? With `own_free` (admission), capacity held by the same
-    model's pods counts as free, so re-deploying or rolling a model is never refused because of its
-    own old pods; the scheduler side counts what is held now.
+def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy: str) -> Fit:
+    """Does the demand fit this node now, with what it holds now?
 
     A refusal no eviction can change (`resolvable=False`) is decided before what the node holds is
     read: by the demand and the node's shape and policy alone. The extender shares such refusals between
@@ -154,11 +151,11 @@ def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy
                        f"{demand.ranks} needs {span} NUMA nodes, one per rank; this node has {numa_count}", False)
     policy = demand.policy
     if policy == "nri-balloons":
-        return _fit_balloon(demand, ledger, node, strategy, own_free)
+        return _fit_balloon(demand, ledger, node, strategy)
     fp = _footprint(policy, demand.cpus, ledger.threads_per_core, threads_per_core)
     if fp.exclusive and fp.cores == 0:
         return _refuse(node, NO_CPU, "the model container requests no CPU", False, fp)
-    free = ledger.free(exclude=demand.identity if own_free else None)
+    free = ledger.free()
     if policy == "kubelet-static":
         return _fit_static(ledger, node, fp, free, strategy)
     return _fit_shared(ledger, node, fp, free, strategy)
@@ -252,7 +249,7 @@ def _on_empty(policy: BalloonsPolicy, name: str, milli: int, capacity: tuple[int
     return _Empty(FITS, "", fp, nri.compile_type(policy, name, milli, tpc), memory)
 
 
-def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: str, own_free: bool) -> Fit:
+def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: str) -> Fit:
     btype = _balloon_type(demand, ledger)
     if btype is None or not ledger.nri.running:
         return _nri_refusal(demand, ledger, node)
@@ -270,17 +267,16 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     fp = empty.footprint
     if empty.step is None:
         return _refuse(node, empty.check, empty.reason, False, fp)
-    own = demand.identity if own_free else None
-    if btype.max_balloons > 0 and ledger.count_balloons(btype.name, exclude=own) >= btype.max_balloons:
+    if btype.max_balloons > 0 and ledger.count_balloons(btype.name) >= btype.max_balloons:
         return _refuse(node, MAX_BALLOONS,
                        f"maxBalloons={btype.max_balloons} {btype.name} balloons already run here; the plugin would "
                        "put this model into one of them, sharing its cores", True, fp)
-    if not btype.prefer_new_balloons and ledger.count_balloons(btype.name, exclude=own):
+    if not btype.prefer_new_balloons and ledger.count_balloons(btype.name):
         # Existing balloons of the type are filled (and inflated) before a new one is made (allocateBalloonOfDef).
         return _refuse(node, SHARES_BALLOON,
                        f"balloon type {btype.name} has preferNewBalloons: false and a {btype.name} balloon already "
                        "runs here: the plugin would put this model into it, sharing its cores", True, fp)
-    free = ledger.free(exclude=own)
+    free = ledger.free()
     placed = nri.place(policy, empty.step, free, ledger.instances)
     if isinstance(placed, nri.Refusal):
         return _refuse(node, placed.check, placed.reason, True, fp)
@@ -296,7 +292,7 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     memory = empty.memory
     if not memory:
         return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types)
-    memory_after = list(ledger.free_memory(exclude=own))
+    memory_after = list(ledger.free_memory())
     for i, _ in placed.per_numa:
         if memory_after[i] < memory:
             return _refuse(node, INSUFFICIENT_FREE_MEMORY,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Container, Mapping
+from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass, field, replace
 
 from placement.demand import ModelIdentity
@@ -179,36 +179,26 @@ class NodeLedger:
         return sum(math.ceil(shared_balloon_cpus(policy.route_type(name), milli, len(self.reserved))
                              / self.threads_per_core) for name, milli in self._shared_by_type.items())
 
-    def free(self, exclude: ModelIdentity | None = None) -> tuple[int, ...]:
-        """Free model cores per NUMA node; capacity held by `exclude`'s own pods counts as free."""
-        if exclude is not None and exclude in self._by_identity:
-            avail = list(self._avail)
-            for h in self._by_identity[exclude].values():
-                for numa, cores in h.per_numa:
-                    avail[numa] += cores
-            return self._spill_elastic(avail)
+    def free(self) -> tuple[int, ...]:
+        """Free model cores per NUMA node."""
         if self._free is None:
             self._free = self._spill_elastic(self._avail)
         return self._free
 
-    def free_memory(self, exclude: ModelIdentity | None = None) -> tuple[int, ...]:
+    def free_memory(self) -> tuple[int, ...]:
         """Bytes free per NUMA node: what model pods pin there, and the rest of the node's pods' requests spread
         over all NUMA nodes (their balloons' memory is the reserved CPUs' NUMA nodes, every one here); () unknown."""
         if not self.numa_memory:
             return ()
-        if exclude is None and self._free_memory is not None:
-            return self._free_memory
-        avail = self._mem_avail
-        if exclude is not None:
-            avail = list(avail)
-            for h in self._by_identity.get(exclude, {}).values():
-                for numa, _ in h.per_numa:
-                    avail[numa] += h.memory
-        spread = self._shared_memory_total // len(self.numa_memory)
-        free = _clamped([m - spread for m in avail] if spread else avail)
-        if exclude is None:
-            self._free_memory = free
-        return free
+        if self._free_memory is None:
+            avail = self._mem_avail
+            spread = self._shared_memory_total // len(self.numa_memory)
+            self._free_memory = _clamped([m - spread for m in avail] if spread else avail)
+        return self._free_memory
+
+    def held_by(self, identity: ModelIdentity | None) -> Collection[str]:
+        """The pods of one model holding cores here (uids)."""
+        return self._by_identity.get(identity, {}).keys() if identity is not None else ()
 
     def _spill_elastic(self, avail: list[int]) -> tuple[int, ...]:
         if self.observed_shared is not None:
@@ -332,12 +322,9 @@ class NodeLedger:
             del self._shared_by_type[balloon], self._shared_count[balloon]
         return True
 
-    def count_balloons(self, balloon_type: str, exclude: ModelIdentity | None = None) -> int:
+    def count_balloons(self, balloon_type: str) -> int:
         """Balloons of this type made for pods (maxBalloons counts these, not components of composites)."""
-        count = self._balloons.get(balloon_type, 0)
-        if exclude is not None and count:
-            count -= sum(1 for h in self._by_identity.get(exclude, {}).values() if h.balloon_type == balloon_type)
-        return count
+        return self._balloons.get(balloon_type, 0)
 
     @property
     def instance_key(self) -> tuple[tuple[str, int], ...]:

@@ -1,6 +1,7 @@
 """The webhook and the extender never disagree: for random model pods on the demo fleet, /validate (in
-enforce mode) admits exactly when /filter finds at least one feasible node among the nodes
-kube-scheduler's own NodeAffinity filter would send it."""
+enforce mode) admits without reservation exactly when /filter finds at least one feasible node among the nodes
+kube-scheduler's own NodeAffinity filter would send it; a controller's pod it admits to wait Pending is one /filter
+turns away only for what is held now (FailedNodes), never for what no node could ever hold."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.conftest import fixture_json
 from tests.support.servers import serving
 
 CASES = 160
+MESSAGE = "cpu-policy.model-manager.io/message"
 
 
 def random_pod(rng: random.Random, i: int, nodes: list[str]) -> dict[str, Any]:
@@ -40,13 +42,15 @@ def random_pod(rng: random.Random, i: int, nodes: list[str]) -> dict[str, Any]:
     if rng.random() < 0.1:
         pod["spec"]["nodeSelector"] = {"feature.node.kubernetes.io/memory-numa.node_count": rng.choice(["2", "4"])}
     meta["annotations"] = annotations
+    if rng.random() < 0.5:
+        del meta["ownerReferences"]  # a person's pod
     return pod
 
 
 async def test_validate_admits_exactly_when_filter_finds_a_node(demo: ClusterState, tmp_path: Path) -> None:
     rng = random.Random(20261202)
     names = sorted(demo.nodes)
-    admitted = refused = 0
+    admitted = refused = waiting = 0
     async with serving(Runtime(demo.settings, demo), "serve", tmp_path) as srv, aiohttp.ClientSession() as http:
         kw = srv.request_kwargs()
 
@@ -74,11 +78,16 @@ async def test_validate_admits_exactly_when_filter_finds_a_node(demo: ClusterSta
             candidates = [n for n in names if node_matches(pod["spec"], n, demo.nodes[n].labels)]
             filtered = await post("/filter", {"Pod": pod, "Nodes": None, "NodeNames": candidates})
             feasible = filtered["NodeNames"] or []
-            assert verdict["allowed"] == bool(feasible), (
+            waits = "it waits Pending" in pod["metadata"]["annotations"].get(MESSAGE, "")
+            assert (verdict["allowed"] and not waits) == bool(feasible), (
                 i, verdict.get("status", {}).get("message"), feasible, filtered["FailedNodes"],
                 filtered["FailedAndUnresolvableNodes"])
-            admitted += verdict["allowed"]
+            if waits:
+                assert verdict["allowed"] and "ownerReferences" in pod["metadata"] and filtered["FailedNodes"], (
+                    i, pod["metadata"]["annotations"][MESSAGE], filtered)
+                waiting += 1
+            admitted += verdict["allowed"] and not waits
             refused += not verdict["allowed"]
     # Both answers occurred often enough for the agreement to mean something.
-    print(f"agreement: {admitted} admitted, {refused} refused, all matching /filter")
-    assert admitted > CASES // 5 and refused > CASES // 5, (admitted, refused)
+    print(f"agreement: {admitted} admitted, {waiting} admitted to wait, {refused} refused, all matching /filter")
+    assert admitted > CASES // 5 and refused > CASES // 5 and waiting > CASES // 20, (admitted, refused, waiting)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
@@ -127,12 +128,12 @@ def test_max_balloons_is_resolvable_and_max_cpus_is_compared_with_the_request() 
     assert (over.check, over.resolvable) == (fitmod.BALLOON_TYPE_CAPPED, False) and "maxCPUs=8" in over.reason
 
 
-def test_a_model_at_max_balloons_may_replace_its_own_pods_but_another_model_may_not() -> None:
+def test_a_model_at_max_balloons_waits_for_its_own_pod_to_go_like_any_other() -> None:
     led = ledger([16, 16], policy=plain(max_balloons=1))
     assert fitmod.place(led, "a", demand(2, model="m"), 2, "MostAllocated").ok
-    assert fitmod.fit(demand(2, model="m"), led, 2, "MostAllocated", own_free=True).ok  # admission: a rollout
-    assert fitmod.fit(demand(2, model="m"), led, 2, "MostAllocated").check == fitmod.MAX_BALLOONS  # scheduler
-    assert fitmod.fit(demand(2, model="other"), led, 2, "MostAllocated", own_free=True).check == fitmod.MAX_BALLOONS
+    for model in ("m", "other"):  # a new replica of the same model is a new balloon too
+        assert fitmod.fit(demand(2, model=model), led, 2, "MostAllocated").check == fitmod.MAX_BALLOONS
+    assert fitmod.fit(demand(2, model="m"), led.scratch(evicted={"a"}), 2, "MostAllocated").ok
     led.release("a")
     assert fitmod.fit(demand(2, model="other"), led, 2, "MostAllocated").ok
 
@@ -298,11 +299,26 @@ def test_assumed_pod_survives_a_relist_that_shows_it_unbound_until_confirmed(dem
     assert sum(state.ledger("cpu-a1").free()) == 58 - 10
     assert state.expire_assumed(ttl=0) == []
 
-def test_a_models_own_pods_count_as_free_for_admission_only(demo: ClusterState) -> None:
+def test_only_the_cores_of_a_models_pod_being_deleted_count_as_free_for_its_replacement(
+        demo: ClusterState, demo_objects: list[dict[str, Any]]) -> None:
+    """2→3 replicas is judged like 1→2: a new replica needs new cores, whatever its model already runs. Only a pod
+    replacing one that is being deleted (maxSurge 0, a re-created pod) may count what that pod frees, and the
+    scheduler binds it once the cores are really free."""
     led = demo.ledger("cpu-full")
-    again = replace(demand(22, model="qwen-14b"), identity=ModelIdentity("llm", "serving.kserve.io/inferenceservice", "qwen-14b"))
-    assert not demo.fit(again, led).ok  # the scheduler: the cores are held now
-    assert demo.fit_admission(again, led).ok  # admission: rolling the same model is not refused
+    again = replace(demand(22, model="qwen-14b"), identity=ModelIdentity("llm", "serving.kserve.io/inferenceservice",
+                                                                         "qwen-14b"))
+    assert not demo.fit(again, led).ok and not demo.fit_admission(again, led).ok  # a third replica: no room
+    old = next(o for o in demo_objects if o["kind"] == "Pod" and o["spec"].get("nodeName") == "cpu-full"
+               and (o["metadata"].get("labels") or {}).get("serving.kserve.io/inferenceservice") == "qwen-14b")
+    old = {**old, "metadata": {**old["metadata"], "deletionTimestamp": "2026-12-03T20:00:00Z"}}
+    demo.apply("Pod", "MODIFIED", old)
+    led = demo.ledger("cpu-full")
+    assert demo.fit_admission(again, led).ok  # its replacement is admitted
+    assert not demo.fit(again, led).ok  # and bound once the old pod is gone
+    other = replace(again, identity=ModelIdentity("llm", "serving.kserve.io/inferenceservice", "other"))
+    assert not demo.fit_admission(other, led).ok  # another model waits for the cores like everyone
+    demo.apply("Pod", "DELETED", old)
+    assert demo.fit(again, demo.ledger("cpu-full")).ok
 
 
 def test_refusals_no_eviction_changes_say_so_and_name_no_node() -> None:

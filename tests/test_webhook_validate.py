@@ -21,6 +21,7 @@ from placement.balloons import node_balloons_policy
 from placement.cluster import ClusterState
 from placement.config import Settings, load_settings
 from placement.topology import linux_layout
+from tests.conftest import fixture_json
 from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are fixtures, used by name
     AMX, BALLOON, CPUS, TP, TYPE, Answer, MakeWebhook, Obj, Webhook, decisions, make_webhook, objects_without,
     review, wh,
@@ -28,6 +29,7 @@ from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are 
 from webhook.review import ReviewError, parse_review
 from webhook.routes import TIMINGS, Context, mutate_review, validate_review
 
+MESSAGE = "cpu-policy.model-manager.io/message"
 DEMO_ELIGIBLE = "the 6 eligible nodes"  # the AMX nodes: all but cpu-icx
 
 
@@ -165,77 +167,14 @@ async def test_footprint_larger_than_any_empty_node_says_how_much_would_fit(wh: 
 
 
 async def test_footprint_larger_than_what_is_free_now_shows_the_free_cores(wh: Webhook) -> None:
-    refused(await admitted(wh, kserve("on-full", **{"model-manager.io/node": "cpu-full"})),
+    by_hand = kserve("on-full", **{"model-manager.io/node": "cpu-full"})
+    del by_hand["request"]["object"]["metadata"]["ownerReferences"]  # a person's pod: told at once
+    refused(await admitted(wh, by_hand),
             "needs balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs)",
             "none of the 1 eligible nodes has that free now (most free: cpu-full: NUMA 0: 3/29, NUMA 1: 1/29 free "
             "cores; balloon type vllm-numa-0 is carved from NUMA node 0 and needs 16 free cores there)")
     # The same pod anywhere fits: the refusal was about free capacity, not the request.
     assert (await admitted(wh, kserve("anywhere"))).allowed
-
-
-async def test_kubelet_static_names_the_container_without_memory_or_cpu(wh: Webhook) -> None:
-    sent = review("ar-pod-init-sidecar.json", uid="no-memory")
-    metrics_sidecar = sent["request"]["object"]["spec"]["containers"][1]
-    metrics_sidecar["resources"] = {"requests": {"cpu": "250m"}}
-    refused(await admitted(wh, sent), "llm/granite-8b: kubelet-static pins cores only for Guaranteed pods",
-            "container(s) metrics set no memory request or limit")
-    sent = review("ar-pod-init-sidecar.json", uid="no-cpu")
-    sent["request"]["object"]["spec"]["initContainers"][1]["resources"] = {"requests": {"memory": "256Mi"}}
-    refused(await admitted(wh, sent), "container(s) log-shipper set no cpu request or limit")
-    assert (await admitted(wh, review("ar-pod-init-sidecar.json", uid="complete"))).allowed
-
-
-async def test_explicit_balloon_type_no_policy_defines_is_refused(wh: Webhook) -> None:
-    refused(await admitted(wh, kserve("custom", **{"model-manager.io/nri-balloon": "vllm-balloon-custom"})),
-            "asks for balloon type vllm-balloon-custom, which no BalloonsPolicy defines for the 6 eligible nodes",
-            "remove the model-manager.io/nri-balloon annotation to use vllm-balloon-tp1")
-
-
-@pytest.mark.parametrize(("cpu", "phrase"), [("-3", "cpu '-3' is negative"),
-                                             ("abc", "cpu 'abc' is not a Kubernetes quantity"),
-                                             ("0", "requests no CPU")])
-async def test_absurd_resources_are_refused_with_the_core_message(wh: Webhook, cpu: str, phrase: str) -> None:
-    sent = kserve(f"cpu-{cpu}", cpu=cpu)
-    mutated = await wh.mutate(sent)
-    assert mutated.ops == [] and phrase in mutated.warning_text  # left as sent for /validate to refuse
-    refused(await admitted(wh, kserve(f"cpu-{cpu}-v", cpu=cpu)), phrase)
-
-
-# ------------------------------------------------------------------------------------- modes
-
-
-async def test_warn_mode_admits_with_the_refusal_as_warnings(make_webhook: MakeWebhook) -> None:
-    tp8 = {"model-manager.io/tensor-parallel-size": "8"}
-    by_env = await make_webhook(settings=load_settings(env={"MM_NRI_PREFLIGHT": "warn"}))
-    by_annotation = await make_webhook()
-    for server, sent in ((by_env, kserve("warn-env", **tp8)),
-                         (by_annotation, kserve("warn-ann", **tp8, **{"model-manager.io/preflight": "warn"}))):
-        answer = await admitted(server, sent)
-        assert answer.allowed and "status" not in answer.response
-        assert answer.warning_text == (f"TP=8 needs a node with at least 8 NUMA nodes, one per rank; {DEMO_ELIGIBLE} have at most 4 "
-                                       "(cpu-a1, cpu-a2, cpu-b1, cpu-full, …). Use tensor-parallel-size 4, or add a "
-                                       "node with ≥8 NUMA nodes.")
-        assert len(answer.warnings) == 2 and all(len(w) <= 120 for w in answer.warnings)
-    # Enforce stays the default for everyone else.
-    assert not (await admitted(by_annotation, kserve("enforce", **tp8))).allowed
-
-
-async def test_skip_mode_admits_silently(make_webhook: MakeWebhook) -> None:
-    too_big = {"model-manager.io/tensor-parallel-size": "8"}
-    by_env = await make_webhook(settings=load_settings(env={"MM_NRI_SKIP_PREFLIGHT": "1"}))
-    answer = await admitted(by_env, kserve("skip-env", **too_big))
-    assert answer.allowed and not answer.warnings
-    wh = await make_webhook()
-    answer = await admitted(wh, kserve("skip-ann", **too_big, **{"model-manager.io/preflight": "skip"}))
-    assert answer.allowed and not answer.warnings
-
-
-async def test_nri_disabled_skips_the_nri_checks(make_webhook: MakeWebhook) -> None:
-    wh = await make_webhook(settings=load_settings(env={"MM_NRI_ENABLED": "false"}))
-    answer = await admitted(wh, kserve("nri-off", **{"model-manager.io/nri-balloon": "vllm-balloon-custom"}))
-    assert answer.allowed
-    # What NRI has nothing to do with is still checked.
-    assert not (await admitted(wh, kserve("nri-off-tp8", **{"model-manager.io/tensor-parallel-size": "8"}))).allowed
 
 
 async def test_best_effort_fallback_is_admitted_with_the_note_as_warnings(
@@ -252,17 +191,83 @@ async def test_best_effort_fallback_is_admitted_with_the_note_as_warnings(
 # ------------------------------------------------------------------------------------- a model's own pods
 
 
-async def test_rolling_update_of_a_model_that_fills_its_node_is_admitted(full_node: Webhook) -> None:
-    # Another pod of `big` (a rollout's surge pod): its own old pods' cores count as free.
+async def test_scale_ups_of_a_model_that_fills_its_node_get_one_answer_and_only_a_replacement_counts_old_cores(
+        full_node: Webhook) -> None:
+    """2→3 (a third pod of `big`, which holds the node) is answered as 1→2 of another model: a new replica needs
+    new cores. Only a pod replacing one of `big` that is being deleted (maxSurge 0, a re-created pod) may count
+    the cores that pod frees."""
+    for model in ("big", "other"):
+        refused(await admitted(full_node, model_pod(model, 29)),
+                "none of the 1 eligible nodes has that free now (most free: solo: NUMA 0: 0/29, NUMA 1: 0/29 free "
+                "cores;")
+    leaving = running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z")
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-03T20:00:00Z"
+    full_node.served.runtime.cluster.apply("Pod", "MODIFIED", leaving)
     assert (await admitted(full_node, model_pod("big", 29))).allowed
-    # Any other model is refused: the node is full.
-    refused(await admitted(full_node, model_pod("other", 29)),
-            "none of the 1 eligible nodes has that free now (most free: solo: NUMA 0: 0/29, NUMA 1: 0/29 free cores;")
-    # The Deployment of `big` updated in place: its template × replicas, its own pods free.
+    refused(await admitted(full_node, model_pod("other", 29)), "none of the 1 eligible nodes has that free now")
+    # The Deployment of `big` updated in place: its template × replicas, its own pods replaced by them.
     update = workload("ar-deployment-update.json", replicas=2, cpu="29",
                       **{"model-manager.io/tensor-parallel-size": "1"})
     update["request"]["object"]["spec"]["template"]["metadata"]["labels"]["model-manager.io/model"] = "big"
     assert (await full_node.validate(update)).allowed
+
+
+def recorded(name: str, uid: str) -> Obj:
+    """An AdmissionReview exactly as the real kube-apiserver sent it (tests/e2e/record.py), with its own uid."""
+    body = copy.deepcopy(fixture_json(f"recorded/{name}.json")["request"])
+    body["request"]["uid"] = uid
+    return body  # type: ignore[no-any-return]
+
+
+async def test_a_controllers_pod_that_finds_no_room_now_is_admitted_to_wait_and_says_why(full_node: Webhook) -> None:
+    """A ReplicaSet refused a pod retries at doubling intervals that outlive the shortage; admitted, its pod waits
+    Pending in the scheduler's queue. The reason is on the pod (the warning reaches only the controller-manager)."""
+    mutated = await full_node.mutate(recorded("admissionreview-mutate-pod-replicaset", "rs-full"))
+    note = mutated.pod["metadata"]["annotations"][MESSAGE]
+    assert note.startswith("llm/llama3-8b-predictor-b9d45b889-* needs balloon vllm-balloon-tp1: 16 cores on 1 NUMA "
+                           "node (32 CPUs); none of the 1 eligible nodes has that free now (most free: solo: NUMA 0: "
+                           "0/29, NUMA 1: 0/29 free cores;"), note
+    assert note.endswith("Admitted because ReplicaSet llama3-8b-predictor-b9d45b889 creates it (a refusal would put "
+                         "it into growing backoff): it waits Pending and is bound as soon as room appears."), note
+    sent = recorded("admissionreview-validate-pod-replicaset", "rs-full-validate")
+    sent["request"]["object"]["metadata"]["annotations"][MESSAGE] = note
+    answer = await full_node.validate(sent)
+    # The same sentence, now naming the pod: the apiserver has generated its name since /mutate.
+    assert answer.allowed and answer.warning_text == note.replace("b9d45b889-*", "b9d45b889-hhbq8")
+    assert all(len(w) <= 120 for w in answer.warnings)
+    # Mutating the mutated pod again (reinvocation) changes nothing.
+    again = recorded("admissionreview-mutate-pod-replicaset", "rs-full-again")
+    again["request"]["object"] = mutated.pod
+    assert (await full_node.mutate(again)).ops == []
+    # A person's pod is told at once, with the numbers.
+    refused(await full_node.validate(recorded("admissionreview-validate-pod-bare", "bare-full")),
+            "llm/qwen-7b needs balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs); none of the 1 eligible "
+            "nodes has that free now")
+    assert MESSAGE not in (await full_node.mutate(recorded("admissionreview-mutate-pod-bare", "bare-m"))).pod[
+        "metadata"]["annotations"]
+    # What can never fit is refused whoever creates it.
+    never = recorded("admissionreview-validate-pod-replicaset", "rs-never")
+    never["request"]["object"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "62", "memory": "96Gi"}, "limits": {"cpu": "62", "memory": "96Gi"}}
+    never["request"]["object"]["metadata"]["annotations"]["cpu-policy.model-manager.io/requested-cpu"] = "31"
+    refused(await full_node.validate(never), "31 cores on 1 NUMA node (62 CPUs), more than any of the 1 eligible "
+                                             "node with ≥1 NUMA nodes has even when empty", "Request at most cpu: 29")
+
+
+async def test_a_replica_admitted_while_there_was_room_is_not_reused_once_the_room_is_gone(
+        make_webhook: MakeWebhook) -> None:
+    wh = await make_webhook([node("solo"), balloons_policy("solo")])
+    first = await wh.mutate(recorded("admissionreview-mutate-pod-replicaset", "rs-room"))
+    assert MESSAGE not in first.pod["metadata"]["annotations"]
+    cluster = wh.served.runtime.cluster
+    for pod in (running("big-0", "solo", "big", 29), running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z")):
+        cluster.apply("Pod", "ADDED", pod)
+    second = await wh.mutate(recorded("admissionreview-mutate-pod-replicaset", "rs-no-room"))
+    assert "it waits Pending and is bound as soon as room appears" in second.pod["metadata"]["annotations"][MESSAGE]
+    for pod in (running("big-0", "solo", "big", 29), running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z")):
+        cluster.apply("Pod", "DELETED", pod)
+    third = await wh.mutate(recorded("admissionreview-mutate-pod-replicaset", "rs-room-again"))
+    assert third.ops == first.ops
 
 
 async def test_a_higher_priority_pod_on_a_full_node_is_admitted_to_preempt(full_node: Webhook) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from placement.admission import Decision, NotAdmissible, Subject, subject_of, validate
+from placement.admission import Decision, NotAdmissible, Subject, keep_reason, subject_of, validate, waiting_reason
 from placement.cluster import ClusterState
 from placement.demand import is_model_pod, pod_display_name
 from placement.mutation import Mutation, mutate_pod, skip_reason
@@ -296,6 +296,8 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
     name = pod_display_name(pod, review.namespace)
     key = ctx.replicas.key(review) if ctx.replicas is not None else None
     patched = ctx.replicas.get(key, ctx.cluster) if ctx.replicas is not None and key is not None else None
+    if patched is not None and waiting_reason(patched.mutation, ctx.cluster, review.namespace):
+        patched = None  # room has gone since: the pod needs the reason it will wait kept on it
     if patched is not None:  # an identical pod was patched lately: every check below gave it this answer
         return Outcome(allow(uid, patch=patched.ops), "allowed", patched.reason,
                        patched.mutation.resolution.policy, name, patched.message)  # type: ignore[union-attr]
@@ -313,6 +315,7 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
     started = time.monotonic()
     try:
         mutation = mutate_pod(pod, ctx.cluster, review.namespace)
+        waiting = waiting_reason(mutation, ctx.cluster, review.namespace)
     except Exception as exc:  # noqa: BLE001 - the mutating webhook must never fail a pod creation
         log.exception("mutation failed", extra={"verb": "mutate", "pod": name, "uid": uid})
         text = f"model-placement could not compute the pinning for {name} ({type(exc).__name__}); admitted unchanged"
@@ -328,6 +331,8 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
         # TP annotation takes precedence over the user's); leave it as sent, /validate explains.
         text = f"model-placement left {name} unchanged: {'; '.join(demand.problems)}"
         return Outcome(allow(uid, warnings_for(text)), "warned", "pod-spec", resolution.policy, name, text)
+    if waiting:
+        mutation = keep_reason(mutation, waiting)
     try:
         ops = checked_patch(pod, mutation.pod)
     except PatchError as exc:
@@ -335,8 +340,8 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
         text = f"model-placement could not build a valid patch for {name}; admitted unchanged"
         return Outcome(allow(uid, warnings_for(text)), "degraded", "patch-error", resolution.policy, name, text)
     reason = resolution.reason or ("patched" if ops else "unchanged")
-    message = f"{len(ops)} patch operations" if ops else "already pinned"
-    if ctx.replicas is not None and key is not None:
+    message = (f"{len(ops)} patch operations" if ops else "already pinned") + (f"; {waiting}" if waiting else "")
+    if ctx.replicas is not None and key is not None and not waiting:
         ctx.replicas.put(key, _Patched(mutation, ops, reason, message))
     return Outcome(allow(uid, patch=ops), "allowed", reason, resolution.policy, name, message)
 

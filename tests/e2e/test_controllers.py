@@ -1,0 +1,79 @@
+"""Pods a controller creates, with the real kube-controller-manager: a Deployment scaled while its node is full gets
+its new replica admitted to wait Pending, not refused into the ReplicaSet controller's doubling backoff, and the
+scheduler binds it as soon as room appears; a person's pod of the same shape is still refused at once."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import yaml
+
+from tests.e2e.cluster import Cluster, node, wait_until
+from tests.e2e.fleet import MODEL_NS, PLACED_NS, POOL, model_deployment, model_pod
+
+NODE = "ctl-0"
+NAME = "ctl-scaler"
+MESSAGE = "cpu-policy.model-manager.io/message"
+
+
+def test_a_deployment_scaled_while_full_gets_its_replica_bound_as_soon_as_room_appears(cluster: Cluster) -> None:
+    # One node of its own (pool `ctl`): 29 model cores per NUMA node; a running 20-core model leaves 9 on one.
+    cluster.create_nodes([node(NODE, numa=2, cores_per_numa=32, labels={POOL: "ctl"})])
+    cluster.create_pods([model_pod("ctl-blocker", PLACED_NS, tp=1, cpu="40", node_name=NODE)])
+    deployment = model_deployment(NAME, MODEL_NS, 1)  # 16 cores, TP=1
+    deployment["spec"]["template"]["spec"]["nodeSelector"] = {POOL: "ctl"}
+    timeline: dict[str, Any] = {}
+    try:
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(deployment))
+
+        def replicas() -> list[dict[str, Any]]:
+            return cluster.pods(MODEL_NS, f"app={NAME}")
+
+        wait_until("the first replica bound", lambda: [p for p in replicas() if p["spec"].get("nodeName")],
+                   timeout=90)
+        # The second replica's 16 cores fit neither NUMA node (9 and 13 free).
+        started = time.monotonic()
+        cluster.kubectl("-n", MODEL_NS, "scale", "deployment", NAME, "--replicas=2")
+        waiting = wait_until("the second replica created", lambda: [
+            p for p in replicas() if not p["spec"].get("nodeName")], timeout=60, every=0.05)[0]
+        timeline["created_after_scale_s"] = round(time.monotonic() - started, 2)
+        note = waiting["metadata"]["annotations"][MESSAGE]
+        assert "none of the 1 eligible nodes has that free now" in note, note
+        assert "it waits Pending and is bound as soon as room appears" in note, note
+
+        def unschedulable() -> dict[str, Any] | None:
+            pod = cluster.api.get(f"/api/v1/namespaces/{MODEL_NS}/pods/{waiting['metadata']['name']}")
+            return next((c for c in pod["status"].get("conditions", ())
+                         if c["type"] == "PodScheduled" and c["status"] == "False"), None)
+
+        condition = wait_until("PodScheduled=False from our extender", unschedulable, timeout=60)
+        timeline["unschedulable_after_scale_s"] = round(time.monotonic() - started, 2)
+        assert condition["reason"] == "Unschedulable", condition
+        # The ReplicaSet controller was never refused a create: no FailedCreate, so no backoff.
+        events = cluster.kubectl_json("-n", MODEL_NS, "get", "events", "--field-selector", "reason=FailedCreate")
+        assert not [e for e in events["items"] if e["involvedObject"]["name"].startswith(NAME)], events["items"]
+
+        # A person's pod of the same shape hears the numbers at once.
+        bare = model_pod("ctl-by-hand", MODEL_NS, tp=1, cpu="16", memory="96Gi", node_selector={POOL: "ctl"})
+        done = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(bare), check=False)
+        assert done.returncode != 0, done.stdout
+        assert 'admission webhook "pods.validate.model-placement.io" denied the request' in done.stderr
+        assert "none of the 1 eligible nodes has that free now" in done.stderr, done.stderr
+
+        # Room appears: the running model leaves. The scheduler's queue, not the controller's backoff, places it.
+        freed = time.monotonic()
+        cluster.kubectl("-n", PLACED_NS, "delete", "pod", "ctl-blocker", "--grace-period=0", "--force")
+        bound = wait_until("the waiting replica bound", lambda: cluster.api.get(
+            f"/api/v1/namespaces/{MODEL_NS}/pods/{waiting['metadata']['name']}")["spec"].get("nodeName"),
+            timeout=60, every=0.05)
+        timeline["bound_after_room_s"] = round(time.monotonic() - freed, 2)
+        assert bound == NODE
+        print("timeline:", json.dumps(timeline))
+        (cluster.root / "issue23-timeline.json").write_text(json.dumps(timeline, indent=2))
+    finally:
+        cluster.delete_deployment(MODEL_NS, NAME, f"app={NAME}")
+        cluster.kubectl("-n", PLACED_NS, "delete", "pod", "ctl-blocker", "--grace-period=0", "--force",
+                        check=False)
+        cluster.kubectl("delete", "node", NODE, "--wait=false", check=False)
