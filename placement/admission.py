@@ -9,11 +9,15 @@ from typing import Any
 
 from placement.cluster import ClusterState
 from placement.mutation import Mutation, mutate_pod
-from placement.demand import OUT_MESSAGE, OUT_TYPE, controller_of
+from placement.demand import (
+    APP_NAME, COMPONENT, KSERVE_COMPONENT, LLMISVC, LLMISVC_WORKLOAD, OUT_MESSAGE, OUT_TYPE, PART_OF, controller_of,
+    model_container,
+)
 from placement.fit import INSUFFICIENT_FREE
 from placement.preflight import NRI_FALLBACK, REPLICAS, Verdict, preflight
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+LLMISVC_KIND = "LLMInferenceService"
 
 
 class NotAdmissible(ValueError):
@@ -53,7 +57,56 @@ def subject_of(obj: Any, namespace: str = "") -> Subject:
         tmeta.setdefault("name", f"{meta.get('name', '')}")
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": tmeta, "spec": template["spec"]}
         return Subject(kind, pod, replicas, ns)
-    raise NotAdmissible(f"kind {kind!r} is not judged here; expected Pod, Deployment or StatefulSet")
+    if kind == LLMISVC_KIND:
+        return _llmisvc_subject(obj, meta, ns)
+    raise NotAdmissible(f"kind {kind!r} is not judged here; expected Pod, Deployment, StatefulSet or "
+                        f"{LLMISVC_KIND}")
+
+
+def _positive(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise NotAdmissible(f"{LLMISVC_KIND} {what} {value!r} is not a whole number ≥ 1")
+    return value
+
+
+def _llmisvc_subject(obj: Mapping[str, Any], meta: Mapping[str, Any], ns: str) -> Subject:
+    """The decode (main) workload's pod as KServe's controller renders it (pkg/controller/v1alpha2/llmisvc,
+    config/llmisvcconfig): spec.template with the workload labels, spec.labels and spec.annotations, and the
+    parallelism the templates pass to `vllm serve`: --tensor-parallel-size always, and with a worker (a
+    LeaderWorkerSet) --data-parallel-size-local, the data-parallel ranks in each pod; each group of
+    data ÷ dataLocal pods per replica. The merged LLMInferenceServiceConfig is not read: without spec.template
+    there is no container to judge here, and the pods are judged when they are created."""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    template = spec.get("template")
+    if not isinstance(template, Mapping) or not template.get("containers"):
+        raise NotAdmissible(f"{LLMISVC_KIND} has no spec.template.containers to judge (the rest comes from its "
+                            "LLMInferenceServiceConfig; its pods are checked when they are created)")
+    replicas = spec.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise NotAdmissible(f"{LLMISVC_KIND} spec.replicas {replicas!r} is not a whole number ≥ 0")
+    parallelism = spec.get("parallelism") if isinstance(spec.get("parallelism"), Mapping) else {}
+    tensor = _positive(parallelism.get("tensor"), "spec.parallelism.tensor")
+    flags = [f"--tensor-parallel-size={tensor}"] if tensor else []
+    pods_per_replica = 1
+    if spec.get("worker") is not None:
+        data = _positive(parallelism.get("data"), "spec.parallelism.data") or 1
+        local = _positive(parallelism.get("dataLocal"), "spec.parallelism.dataLocal") or 1
+        flags.append(f"--data-parallel-size-local={local}")
+        pods_per_replica = max(1, data // local)
+    name = str(meta.get("name", ""))
+    labels = {**(spec.get("labels") or {}), PART_OF: LLMISVC, COMPONENT: LLMISVC_WORKLOAD, APP_NAME: name,
+              KSERVE_COMPONENT: "workload"}
+    pod_spec = dict(template)
+    main, _ = model_container(pod_spec, spec.get("annotations") or {})
+    if main is not None and flags:
+        pod_spec["containers"] = [{**c, "args": [*(c.get("args") or ()), *flags]} if c is main else c
+                                  for c in pod_spec["containers"]]
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": pod_spec,
+           "metadata": {"name": f"{name}-kserve", "namespace": ns, "labels": labels,
+                        "annotations": dict(spec.get("annotations") or {})}}
+    return Subject(LLMISVC_KIND, pod, replicas * pods_per_replica, ns)
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,8 @@ class Settings(BaseModel):
     scoring_strategy: ScoringStrategy = "MostAllocated"
     # Labels whose presence makes a pod a model pod.
     model_labels: tuple[str, ...] = ("model-manager.io/model", "serving.kserve.io/inferenceservice")
+    # KServe LLMInferenceService and llm-d workload pods are model pods by their own labels (demand.is_llm_workload).
+    llm_workloads: bool = True
     # Namespaces never touched, whatever the webhook configuration sends us.
     protected_namespaces: tuple[str, ...] = ("kube-system", "model-placement")
     # An assumed pod (bound by us, not yet seen bound by the watch) is dropped after this long.

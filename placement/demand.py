@@ -39,16 +39,28 @@ BALLOON_POD = BALLOON_KEY + "/pod"
 MAX_LABEL_NAME = 63  # the name part of an annotation key (after the "/")
 
 KSERVE_LABEL = "serving.kserve.io/inferenceservice"
+# KServe's LLMInferenceService controller (pkg/constants) and llm-d label their vLLM pods with these; its router and
+# router-scheduler pods share part-of but not a workload component.
+PART_OF = "app.kubernetes.io/part-of"
+COMPONENT = "app.kubernetes.io/component"
+APP_NAME = "app.kubernetes.io/name"
+LLMISVC = "llminferenceservice"
+LLMISVC_WORKLOAD = "llminferenceservice-workload"  # -prefill, -worker, -leader, -worker-prefill, …
+KSERVE_COMPONENT = "kserve.io/component"
+LLMD_ROLE = "llm-d.ai/role"
+LLMD_ROLES = ("decode", "prefill", "both")
 VALID_TP = (1, 2, 4, 8)
 DEFAULT_CONTAINERS = ("main", "kserve-container")
 
 _TP_FLAGS = ("--tensor-parallel-size", "-tp")
-# (what, its annotation, vLLM's flags, how a rank count is written): the three ways vLLM splits a model into
-# ranks, each of which runs on a NUMA node of its own.
+# (what, its annotation, vLLM's flags by precedence, how a rank count is written): the three ways vLLM splits a
+# model into ranks, each of which runs on a NUMA node of its own. Data parallelism may span pods (KServe's
+# LeaderWorkerSet templates pass --data-parallel-size N --data-parallel-size-local L): the ranks in this pod are the
+# local ones.
 _PARALLEL = (
-    ("tensor", ANN_TP, _TP_FLAGS, "TP"),
-    ("pipeline", ANN_PP, ("--pipeline-parallel-size", "-pp"), "PP"),
-    ("data", ANN_DP, ("--data-parallel-size", "-dp"), "DP"),
+    ("tensor", ANN_TP, (_TP_FLAGS,), "TP"),
+    ("pipeline", ANN_PP, (("--pipeline-parallel-size", "-pp"),), "PP"),
+    ("data", ANN_DP, (("--data-parallel-size-local", "-dpl"), ("--data-parallel-size", "-dp")), "DP"),
 )
 
 
@@ -137,8 +149,16 @@ def controller_of(meta: Mapping[str, Any]) -> str | None:
     return None
 
 
+def is_llm_workload(labels: Mapping[str, Any]) -> bool:
+    """A KServe LLMInferenceService or llm-d workload pod (the vLLM server, any role), not its router."""
+    return (labels.get(PART_OF) == LLMISVC and str(labels.get(COMPONENT, "")).startswith(LLMISVC_WORKLOAD)) \
+        or labels.get(KSERVE_COMPONENT) == "workload" or labels.get(LLMD_ROLE) in LLMD_ROLES
+
+
 def is_model_pod(labels: Mapping[str, Any] | None, settings: Settings) -> bool:
-    return bool(labels) and any(key in labels for key in settings.model_labels)  # type: ignore[operator]
+    if not labels:
+        return False
+    return any(key in labels for key in settings.model_labels) or (settings.llm_workloads and is_llm_workload(labels))
 
 
 def model_identity(meta: Mapping[str, Any], namespace: str, settings: Settings) -> ModelIdentity | None:
@@ -147,6 +167,9 @@ def model_identity(meta: Mapping[str, Any], namespace: str, settings: Settings) 
     for key in (KSERVE_LABEL, *settings.model_labels):
         if labels.get(key):
             return ModelIdentity(ns, key, str(labels[key]))
+    if settings.llm_workloads and labels.get(APP_NAME) and is_llm_workload(labels):
+        # One service's decode, prefill and worker pods are different workloads: none replaces another.
+        return ModelIdentity(ns, APP_NAME, f"{labels[APP_NAME]}/{labels.get(COMPONENT) or labels.get(LLMD_ROLE)}")
     return None
 
 
@@ -176,7 +199,10 @@ def _tokens(container: Mapping[str, Any]) -> list[str]:
         text = str(part)
         if " " in text.strip():  # `sh -c "vllm serve … -tp 2"`: split the script too
             try:
-                words.extend(shlex.split(text))
+                # ... and what it quotes: KServe's templates run `eval "exec vllm serve … --tensor-parallel-size 2"`,
+                # where a flag may follow a trimmed template line as `\--flag` (eval drops the backslash).
+                words.extend(w[1:] if w.startswith("\\-") else w
+                             for quoted in shlex.split(text) for w in quoted.split())
             except ValueError:
                 words.extend(text.split())
         else:
@@ -236,8 +262,10 @@ def _read_parallel(annotations: Mapping[str, Any], container: Mapping[str, Any],
         sources = [(key, f"annotation {key}")] + ([(OUT_TP, f"annotation {OUT_TP}")] if short == "TP" else [])
         raw, source = next(((annotations[k], src) for k, src in sources if annotations.get(k) is not None),
                            (None, ""))
-        if raw is None:
-            raw, source = flag_from_args(container, flags), f"{flags[0]} in container {name!r}"
+        for group in flags if raw is None else ():
+            raw, source = flag_from_args(container, group), f"{group[0]} in container {name!r}"
+            if raw is not None:
+                break
         size, problem = (1, None) if raw is None else \
             (_parse_tp(raw, source) if short == "TP" else _parse_size(raw, what, source))
         sizes[short] = size

@@ -41,6 +41,9 @@ TLS_SECRET = "model-placement-tls"
 TLS_KEYS = {"tls.crt", "tls.key", "ca.crt"}
 SCHEDULER_NAME = "model-placement-scheduler"
 MODEL_LABELS = ("model-manager.io/model", "serving.kserve.io/inferenceservice")
+# What makes a KServe LLMInferenceService / llm-d workload pod a model pod (placement.demand.is_llm_workload).
+LLM_WORKLOAD_MARKS = ("'llminferenceservice-workload'", "'kserve.io/component'", "'llm-d.ai/role'")
+LLMISVC_WEBHOOK = "llminferenceservices.validate.model-placement.io"
 OPT_IN_LABEL = "model-placement.io/enabled"
 PROTECTED_NAMESPACES = {"kube-system", "model-placement"}
 
@@ -62,6 +65,7 @@ SERVED = {
         ("", "pods"): {"CREATE"},
         ("apps", "deployments"): {"CREATE", "UPDATE"},
         ("apps", "statefulsets"): {"CREATE", "UPDATE"},
+        ("serving.kserve.io", "llminferenceservices"): {"CREATE", "UPDATE"},
     },
 }
 
@@ -440,7 +444,7 @@ def check_webhook_configuration(doc: dict[str, Any]) -> list[str]:
             continue
         served = SERVED.get(path or "", {})
         for rule in wh.get("rules", []):
-            if rule.get("apiVersions") != ["v1"]:
+            if rule.get("apiVersions") != (["v1alpha1", "v1alpha2"] if name == LLMISVC_WEBHOOK else ["v1"]):
                 errors.append(f"{name}: rule apiVersions must be [v1]")
             if rule.get("scope") != "Namespaced":
                 errors.append(f"{name}: rule scope must be Namespaced")
@@ -466,8 +470,14 @@ def check_webhook_configuration(doc: dict[str, Any]) -> list[str]:
         if not conditions:
             errors.append(f"{name}: matchConditions must send only model objects")
         text = " ".join(c.get("expression", "") for c in conditions)
-        for label in MODEL_LABELS:
-            if f"'{label}'" not in text:
+        if name == LLMISVC_WEBHOOK:  # every LLMInferenceService is a model; judged only when its spec changes
+            if "object.spec != oldObject.spec" not in text or wh.get("failurePolicy") != "Ignore":
+                errors.append(f"{name}: advisory (Ignore), only when the spec changes")
+            continue
+        for label in (*MODEL_LABELS, *LLM_WORKLOAD_MARKS):
+            if label.strip("'") == label:
+                label = f"'{label}'"
+            if label not in text:
                 errors.append(f"{name}: matchConditions do not look for the model label {label}")
         workload = any(r.get("apiGroups") == ["apps"] for r in wh.get("rules", []))
         if workload and "spec.template.metadata.labels" not in text:
@@ -673,10 +683,10 @@ def test_webhook_configurations() -> None:
     validating = one("ValidatingWebhookConfiguration", "model-placement", items)
     assert check_webhook_configuration(mutating) == []
     assert check_webhook_configuration(validating) == []
-    # Pods are mutated on CREATE; pods, deployments and statefulsets are validated.
+    # Pods are mutated on CREATE; pods, deployments, statefulsets and LLMInferenceServices are validated.
     assert {r for w in mutating["webhooks"] for r in w["rules"][0]["resources"]} == {"pods"}
     assert {r for w in validating["webhooks"] for rule in w["rules"] for r in rule["resources"]} == {
-        "pods", "deployments", "statefulsets", "balloonspolicies",
+        "pods", "deployments", "statefulsets", "balloonspolicies", "llminferenceservices",
     }
     # The failure policies documented in docs/install.md.
     webhooks = mutating["webhooks"] + validating["webhooks"]
@@ -685,6 +695,7 @@ def test_webhook_configurations() -> None:
         "pods.mutate.model-placement.io": ("Ignore", 5),
         "pods.validate.model-placement.io": ("Fail", 5),
         "workloads.validate.model-placement.io": ("Ignore", 3),
+        LLMISVC_WEBHOOK: ("Ignore", 3),
         POLICY_WEBHOOK: ("Ignore", 5),
     }
     # caBundle is never committed: kustomize or cert-manager fills it.

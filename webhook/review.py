@@ -175,6 +175,9 @@ _POD_SPEC = _Struct(
 _META = _Struct(name=str, generateName=str, namespace=str, labels=STR_MAP, annotations=STR_MAP)
 POD_SHAPE = _Struct(metadata=_META, spec=_POD_SPEC)
 WORKLOAD_SHAPE = _Struct(metadata=_META, spec=_Struct(replicas=int, template=_Struct(metadata=_META, spec=_POD_SPEC)))
+# spec.template and spec.worker are pointers (*corev1.PodSpec): null is allowed.
+LLMISVC_SHAPE = _Struct(metadata=_META, spec=_Struct(replicas=int, labels=STR_MAP, annotations=STR_MAP,
+                                                     template=dict(_POD_SPEC), worker=dict(_POD_SPEC)))
 
 
 # The core asks every node whether a pod's nodeSelector and required node affinity admit it, and walks

@@ -46,7 +46,7 @@ from server.app import ADMISSION_BODY_LIMIT, RUNTIME, BadRequest, json_response,
 from webhook.patch import PatchError, checked_patch
 from webhook.policy import BALLOONS_POLICY, judge_policy
 from webhook.review import (
-    DEFAULT_TIMEOUT, POD_SHAPE, WORKLOAD_SHAPE, Review, ReviewError, allow, cost_problem, deny, parse_review,
+    DEFAULT_TIMEOUT, LLMISVC_SHAPE, POD_SHAPE, WORKLOAD_SHAPE, Review, ReviewError, allow, cost_problem, deny, parse_review,
     parse_timeout, shape_problem, wrap_warning,
 )
 
@@ -54,6 +54,7 @@ log = logging.getLogger("model_placement.webhook")
 
 POD = ("", "Pod")
 WORKLOADS = (("apps", "Deployment"), ("apps", "StatefulSet"))
+LLMISVC = ("serving.kserve.io", "LLMInferenceService")
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -354,7 +355,7 @@ def validate_review(review: Review, ctx: Context) -> Outcome:
     if key == BALLOONS_POLICY:
         return _policy_outcome(review, ctx)
     judged = (key == POD and review.operation == "CREATE") or \
-        (key in WORKLOADS and review.operation in ("CREATE", "UPDATE"))
+        (key in (*WORKLOADS, LLMISVC) and review.operation in ("CREATE", "UPDATE"))
     if not judged or review.sub_resource:
         return Outcome(allow(uid), "skipped", "not-judged")
     obj = review.object
@@ -364,7 +365,7 @@ def validate_review(review: Review, ctx: Context) -> Outcome:
     if not obj.get("kind"):
         obj = {**obj, "kind": review.kind}
     label = f"{review.kind} {review.namespace or '-'}/{review.name or review.object_meta.get('name') or '*'}"
-    problem = shape_problem(obj, POD_SHAPE if key == POD else WORKLOAD_SHAPE)
+    problem = shape_problem(obj, POD_SHAPE if key == POD else LLMISVC_SHAPE if key == LLMISVC else WORKLOAD_SHAPE)
     if problem:
         return _unreadable(uid, obj, label, problem, ctx)
     try:

@@ -1,0 +1,77 @@
+"""KServe LLMInferenceService and llm-d pods, shaped as KServe's controller renders them (labels from its
+pkg/constants, containers from config/llmisvcconfig: `bash -c` running `eval "exec vllm serve …"`), through /mutate
+and /validate on the demo fleet: workload pods (decode, prefill, LeaderWorkerSet worker) are model pods with the
+ranks their vLLM flags give; the router-scheduler is left alone; the LLMInferenceService itself gets the early answer
+at apply time, like a Deployment."""
+
+from __future__ import annotations
+
+from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are fixtures, used by name
+    BALLOON, NUMA, TP, TYPE, MakeWebhook, Obj, Webhook, make_webhook, review, wh,
+)
+from tests.test_webhook_validate import admitted, refused
+
+ROUTER = "ar-pod-llmisvc-router-scheduler.json"
+
+
+async def test_decode_and_prefill_pods_are_model_pods_with_the_tp_of_their_vllm_command(wh: Webhook) -> None:
+    for fixture in ("ar-pod-llmisvc-decode.json", "ar-pod-llmisvc-prefill.json"):
+        answer = await wh.mutate(review(fixture))
+        ann = answer.pod["metadata"]["annotations"]
+        # --tensor-parallel-size 2 inside the quoted `eval "exec vllm serve …"` of the template's bash script.
+        assert (ann[TYPE], ann[TP], ann[NUMA], ann[BALLOON + "main"]) == (
+            "nri-balloons", "2", "2", "vllm-balloon-tp2"), ann
+        assert (await admitted(wh, review(fixture))).allowed
+
+
+async def test_a_leaderworkerset_worker_pod_counts_its_own_ranks(wh: Webhook) -> None:
+    """--data-parallel-size 4 spans the group's pods; --data-parallel-size-local 2 ranks run in this one, each with
+    TP=2 (the flag after a trimmed template line, `\\--tensor-parallel-size 2`): 4 NUMA nodes."""
+    ann = (await wh.mutate(review("ar-pod-llmisvc-lws-worker.json"))).pod["metadata"]["annotations"]
+    assert (ann[TP], ann[NUMA], ann[BALLOON + "main"]) == ("2", "4", "vllm-balloon-tp4"), ann
+
+
+async def test_the_router_scheduler_pod_is_left_alone(wh: Webhook) -> None:
+    mutated = await wh.mutate(review(ROUTER))
+    assert mutated.allowed and mutated.ops == []
+    validated = await wh.validate(review(ROUTER))
+    assert validated.allowed and not validated.warnings
+
+
+async def test_llm_workloads_off_leaves_them_to_the_model_labels(make_webhook: MakeWebhook) -> None:
+    from placement.config import Settings
+
+    off = await make_webhook(settings=Settings(llm_workloads=False))
+    assert (await off.mutate(review("ar-pod-llmisvc-decode.json"))).ops == []
+
+
+def llmisvc(uid: str, operation: str = "CREATE", **spec: object) -> Obj:
+    sent = review("ar-llmisvc-create.json", uid=uid)
+    sent["request"]["operation"] = operation
+    sent["request"]["object"]["spec"].update(spec)
+    return sent
+
+
+async def test_an_llminferenceservice_is_judged_at_apply_time_with_its_parallelism_and_replicas(
+        wh: Webhook) -> None:
+    assert (await wh.validate(llmisvc("two"))).allowed  # 2 replicas of TP=2, 16 cores each
+    message = refused(await wh.validate(llmisvc("too-many", replicas=40)), "llm/qwen3-8b-kserve: only ",
+                      " of 40 replicas fit at once (balloon vllm-balloon-tp2: 8 cores on each of 2 NUMA nodes")
+    # The same scale as an update is admitted with the numbers: its pods wait Pending for room.
+    update = await wh.validate(llmisvc("too-many-update", "UPDATE", replicas=40))
+    assert update.allowed and message in update.warning_text
+    assert "its pods that do not fit are admitted, wait Pending, and are bound as soon as cores are free" in \
+        update.warning_text
+    # What no node could ever hold is refused whatever the count.
+    refused(await wh.validate(llmisvc("tp-16", parallelism={"tensor": 16})), "tensor-parallel-size 16")
+    # A worker (LeaderWorkerSet): each pod runs dataLocal ranks, data ÷ dataLocal pods per replica.
+    wide = await wh.validate(llmisvc("lws", replicas=40, worker={"containers": []},
+                                     parallelism={"tensor": 2, "data": 4, "dataLocal": 2}))
+    assert "of 80 replicas fit at once (balloon vllm-balloon-tp4" in wide.message, wide.message
+
+
+async def test_an_llminferenceservice_without_a_template_is_left_to_its_pods(wh: Webhook) -> None:
+    sent = llmisvc("no-template")
+    del sent["request"]["object"]["spec"]["template"]
+    answer = await wh.validate(sent)
+    assert answer.allowed and not answer.warnings
