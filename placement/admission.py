@@ -13,8 +13,9 @@ from placement.demand import (
     APP_NAME, COMPONENT, KSERVE_COMPONENT, LLMISVC, LLMISVC_WORKLOAD, OUT_MESSAGE, OUT_TYPE, PART_OF, controller_of,
     model_container,
 )
-from placement.fit import INSUFFICIENT_FREE
-from placement.preflight import NRI_FALLBACK, REPLICAS, Verdict, preflight
+from placement.fit import INSUFFICIENT_FREE, nominal_footprint
+from placement.preflight import NRI_FALLBACK, POD_SPEC, REPLICAS, Verdict, preflight
+from placement.vllm import vllm_notes
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 LLMISVC_KIND = "LLMInferenceService"
@@ -147,6 +148,8 @@ def validate(subject: Subject, cluster: ClusterState, require_mutated: bool = Fa
     if mode == "skip" or subject.replicas == 0:
         return Decision(True, mode, "skipped", "", (), mutation, None, subject.replicas)
     verdict = preflight(demand, mutation.pod["spec"], cluster, subject.replicas, mutation.resolution)
+    if verdict.check != POD_SPEC:
+        verdict = replace(verdict, notes=verdict.notes + _vllm_notes(mutation, cluster))
     waiting = _waiting_text(subject, verdict)
     if waiting:
         return Decision(True, mode, verdict.check, waiting, verdict.notes, mutation, verdict, subject.replicas)
@@ -167,6 +170,15 @@ def validate(subject: Subject, cluster: ClusterState, require_mutated: bool = Fa
     allowed = mode == "warn"
     return Decision(allowed, mode, verdict.check, verdict.message, verdict.notes, mutation, verdict,
                     subject.replicas)
+
+
+def _vllm_notes(mutation: Mutation, cluster: ClusterState) -> tuple[str, ...]:
+    demand = mutation.demand
+    assert demand is not None and mutation.resolution is not None
+    fp = nominal_footprint(demand, cluster.settings.mm_kubelet_threads_per_core)
+    # hideHyperthreads: a rank's threads run one per core of its balloon part.
+    hidden = demand.policy == "nri-balloons" and mutation.resolution.hide_hyperthreads
+    return vllm_notes(demand, mutation.pod, (fp.cores if hidden else fp.cpus) // demand.numa_nodes)
 
 
 def _waiting_text(subject: Subject, verdict: Verdict) -> str:

@@ -75,3 +75,35 @@ async def test_an_llminferenceservice_without_a_template_is_left_to_its_pods(wh:
     del sent["request"]["object"]["spec"]["template"]
     answer = await wh.validate(sent)
     assert answer.allowed and not answer.warnings
+
+
+def with_env(uid: str, caps: list[str] | None = None, **env: str) -> Obj:
+    sent = review("ar-pod-llmisvc-decode.json", uid=uid)
+    main = sent["request"]["object"]["spec"]["containers"][0]
+    main["env"] += [{"name": k, "value": v} for k, v in env.items()]
+    if caps is not None:
+        main["securityContext"]["capabilities"]["add"] = caps
+    return sent
+
+
+async def test_vllm_settings_that_disagree_with_the_balloon_are_told_as_short_warnings(wh: Webhook) -> None:
+    """TP=2, cpu: 16 (16 cores, hideHyperthreads): 8 CPUs per rank, memory request 64Gi."""
+    pod = "llm/qwen3-8b-kserve-6d9c7b8f4-x7k2p: vLLM"
+    answer = await admitted(wh, with_env("vllm-bad", VLLM_CPU_OMP_THREADS_BIND="0-15",
+                                         VLLM_CPU_NUM_OF_RESERVED_CPU="8", VLLM_CPU_KVCACHE_SPACE="40"))
+    assert answer.allowed
+    said = answer.warning_text
+    assert f"{pod} VLLM_CPU_OMP_THREADS_BIND has 1 CPU list(s) for 2 rank(s); set it to auto." in said
+    assert f"{pod} VLLM_CPU_NUM_OF_RESERVED_CPU=8 leaves no CPU for the OpenMP threads of a rank with 8 CPUs" in said
+    assert f"{pod} VLLM_CPU_KVCACHE_SPACE=40 GiB × 2 rank(s) = 80 GiB of KV cache, more than the memory request " \
+           "(64 GiB); raise it." in said
+    # KServe's template drops every capability: vLLM's migrate_pages is refused.
+    assert f"{pod} cannot bind its memory to its NUMA nodes without capability SYS_NICE" in said
+    assert all(len(w) <= 120 for w in answer.warnings)
+    fixed = await admitted(wh, with_env("vllm-fixed", VLLM_CPU_OMP_THREADS_BIND="0-7|32-39"))
+    assert "names fixed CPU ids, but the balloon's CPUs are chosen on the node" in fixed.warning_text
+    good = await admitted(wh, with_env("vllm-good", caps=["SYS_NICE"], VLLM_CPU_OMP_THREADS_BIND="auto",
+                                       VLLM_CPU_NUM_OF_RESERVED_CPU="1", VLLM_CPU_KVCACHE_SPACE="16"))
+    assert good.allowed and not good.warnings, good.warnings
+    # A pod that sets no VLLM_CPU_* runs vLLM's defaults, which follow the balloon: nothing to tell.
+    assert not (await admitted(wh, review("ar-pod-llmisvc-decode.json"))).warnings
