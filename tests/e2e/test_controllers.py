@@ -77,3 +77,37 @@ def test_a_deployment_scaled_while_full_gets_its_replica_bound_as_soon_as_room_a
         cluster.kubectl("-n", PLACED_NS, "delete", "pod", "ctl-blocker", "--grace-period=0", "--force",
                         check=False)
         cluster.kubectl("delete", "node", NODE, "--wait=false", check=False)
+
+
+def test_kserve_llm_workload_pods_are_placed_and_the_router_is_left_alone(cluster: Cluster) -> None:
+    """Pods shaped as KServe's LLMInferenceService controller renders them (tests/fixtures/ar-pod-llmisvc-*.json,
+    written from its config/llmisvcconfig templates), created through the real apiserver: the decode pod (TP=2 in
+    its `bash -c 'eval "exec vllm serve …"'`, a native routing sidecar) is pinned and bound by our extender; the
+    router-scheduler pod is not touched. Without their owners (no KServe controller here) they are a person's pods."""
+    from tests.conftest import fixture_json
+    from tests.e2e.test_placement import debug_node, held_numa
+
+    decode = fixture_json("ar-pod-llmisvc-decode.json")["request"]["object"]
+    router = fixture_json("ar-pod-llmisvc-router-scheduler.json")["request"]["object"]
+    for pod, name in ((decode, "qwen3-8b-kserve-e2e"), (router, "qwen3-8b-router-e2e")):
+        meta = pod["metadata"]
+        meta.pop("ownerReferences"), meta.pop("generateName")
+        meta["name"] = name
+        pod["spec"]["serviceAccountName"] = "default"
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
+    try:
+        placed = wait_until("the decode pod bound", lambda: (p := cluster.api.get(
+            f"/api/v1/namespaces/{MODEL_NS}/pods/qwen3-8b-kserve-e2e"))["spec"].get("nodeName") and p, timeout=90)
+        ann = placed["metadata"]["annotations"]
+        assert ann["balloon.balloons.resource-policy.nri.io/container.main"] == "vllm-balloon-tp2", ann
+        assert ann["cpu-policy.model-manager.io/numa-nodes"] == "2"
+        assert placed["spec"]["schedulerName"] == "model-placement-scheduler"
+        # Its ranks on two NUMA nodes, 8 cores each (a full node's 9 free per NUMA node are enough).
+        held = held_numa(debug_node(cluster, placed["spec"]["nodeName"]))
+        assert sorted(cores for _, cores in held[f"{MODEL_NS}/qwen3-8b-kserve-e2e"]) == [8, 8], held
+        stored = cluster.api.get(f"/api/v1/namespaces/{MODEL_NS}/pods/qwen3-8b-router-e2e")
+        assert not any(k.startswith("cpu-policy.model-manager.io/") for k in stored["metadata"]["annotations"])
+        assert stored["spec"]["schedulerName"] == "default-scheduler"
+    finally:
+        cluster.kubectl("-n", MODEL_NS, "delete", "pod", "qwen3-8b-kserve-e2e", "qwen3-8b-router-e2e",
+                        "--grace-period=0", "--force", check=False)
