@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
-from placement.affinity import node_matches
+from placement.eligibility import Eligibility
 from placement.cluster import ClusterState
 from server.app import Runtime
 from tests.conftest import fixture_json
