@@ -83,7 +83,7 @@ class Miss(NamedTuple):
     """Why kube-scheduler does not offer a node to a pod. `reason` names neither node nor pod (kube-scheduler
     counts identical reasons); `change` says what would make the node eligible."""
 
-    check: str  # unschedulable | node-name | taint | node-selector | node-affinity | amx
+    check: str  # unschedulable | node-pin | taint | node-selector | node-affinity | amx
     reason: str
     change: str
 
@@ -208,7 +208,7 @@ class Eligibility:
                         "uncordon the node, or give the pod a toleration for "
                         f"{UNSCHEDULABLE_TAINT}:{NO_SCHEDULE}")
         if by_kubelet and self.node_name != node.name:
-            return Miss("node-name", f"the pod is pinned to node {self.node_name} (spec.nodeName)",
+            return Miss("node-pin", f"the pod is pinned to node {self.node_name} (spec.nodeName)",
                         "none: spec.nodeName binds the pod to that node")
         for taint in node.taints:
             if by_kubelet and taint.effect != NO_EXECUTE:
@@ -247,7 +247,7 @@ class Eligibility:
                                              f"{'' if test is not None else _UNPARSED}", change)
             for req in term.get("matchFields") or ():
                 if not _term({"matchFields": [req]}).matches(node.name, labels):
-                    return Miss("node-affinity", f"required node affinity on fields {_shown(req)}"
+                    return Miss("node-pin", f"required node affinity on fields {_shown(req)}"
                                                  f"{'' if _term({'matchFields': [req]}).parsed else _UNPARSED}",
                                 "none on this node: the pod is pinned by name to other nodes (the "
                                 "model-manager.io/node annotation, or matchFields metadata.name)")

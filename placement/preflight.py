@@ -197,7 +197,8 @@ def no_eligible_node(cluster: ClusterState, spec: Mapping[str, Any]) -> str:
     counts: dict[str, list[str]] = {}
     for name, miss in misses.items():
         counts.setdefault(miss.reason, []).append(name)
-    ranked = sorted(counts.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    # A pinned pod: what keeps it off the nodes it is pinned to comes first, the pin itself last.
+    ranked = sorted(counts.items(), key=lambda kv: (misses[kv[1][0]].check == "node-pin", -len(kv[1]), kv[0]))
     shown = "; ".join(f"{len(names)} {'node' if len(names) == 1 else 'nodes'} ({_names(names)}): {reason}"
                       for reason, names in ranked[:3])
     more = f"; {len(ranked) - 3} other reasons" if len(ranked) > 3 else ""
