@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 from placement import fit as fitmod
 from placement.config import Settings
-from placement.eligibility import Eligibility, Miss, Taint, node_taints
 from placement.demand import ModelDemand, is_model_pod, pod_shared_cpu_milli, pod_shared_memory, read_model_pod
+from placement.eligibility import Eligibility, Miss, Taint, node_taints
 from placement.ledger import STAMPS, Holding, NodeLedger, NodeNRI
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (

@@ -182,7 +182,7 @@ class Eligibility:
     """A pod's nodeSelector, nodeName, required node affinity and tolerations, read once: asking a node costs a
     lookup per requirement and per taint."""
 
-    __slots__ = ("selector", "node_name", "terms", "tolerations", "amx_label", "_first_terms")
+    __slots__ = ("_first_terms", "amx_label", "node_name", "selector", "terms", "tolerations")
 
     def __init__(self, spec: Mapping[str, Any], amx_label: str = "") -> None:
         self.selector = tuple((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items())

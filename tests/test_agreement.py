@@ -13,7 +13,6 @@ from typing import Any
 
 import aiohttp
 import jsonpatch
-
 import pytest
 
 from placement.cluster import ClusterState
