@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from placement import fit as fitmod
-from placement.affinity import node_selector
 from placement.config import Settings
 from placement.demand import ModelDemand, is_model_pod, pod_shared_cpu_milli, pod_shared_memory, read_model_pod
+from placement.eligibility import Eligibility, Miss, Taint, node_taints
 from placement.ledger import STAMPS, Holding, NodeLedger, NodeNRI
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
@@ -37,6 +37,7 @@ class NodeInfo:
     capacity_cpu: str | None
     unschedulable: bool
     capacity_memory: str | None = None
+    taints: tuple[Taint, ...] = ()  # the NoSchedule and NoExecute ones
 
 
 def pod_priority(spec: Mapping[str, Any]) -> int:
@@ -62,6 +63,7 @@ class PodRecord(NamedTuple):
     assumed_at: float | None = None
     shared_memory: int = 0  # bytes the containers without exclusive cores request
     priority: int = 0  # spec.priority, which the apiserver's Priority plugin sets before any webhook sees the pod
+    eligibility: Eligibility | None = None  # a model pod not bound yet: the nodes it may get (`explain` asks)
 
     @property
     def active(self) -> bool:
@@ -79,6 +81,7 @@ def _slim_node(obj: Mapping[str, Any]) -> NodeInfo:
         capacity_cpu=None if capacity is None else str(capacity),
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
         capacity_memory=None if memory is None else str(memory),
+        taints=node_taints(obj.get("spec") or {}),
     )
 
 
@@ -197,6 +200,7 @@ class ClusterState:
         self._pods_on: dict[str, set[str]] = {}
         self._homogeneous: bool | None = None
         self.generation = 0  # bumps on every change; caches key on it
+        self.node_generation = 0  # bumps when a Node is added, changed or deleted; eligibility caches key on it
 
     # -- feeding -----------------------------------------------------------------------------------
 
@@ -216,6 +220,7 @@ class ClusterState:
         """A full (re)list of one kind: whatever is not in `objects` is gone."""
         self.generation += 1
         if kind == "Node":
+            self.node_generation += 1
             self.nodes = {n.name: n for n in map(_slim_node, objects) if n.name}
             self._ledgers = {k: v for k, v in self._ledgers.items() if k in self.nodes}
             self._mark_all_dirty()
@@ -266,13 +271,15 @@ class ClusterState:
         elif kind == "Node":
             name = str(meta.get("name", ""))
             if deleted:
+                self.node_generation += 1
                 self.nodes.pop(name, None)
                 self._ledgers.pop(name, None)
                 self._dirty.discard(name)
                 STAMPS.take(name)
             else:
                 info = _slim_node(obj)
-                if self.nodes.get(name) != info:
+                if self.nodes.get(name) != info:  # not on a status heartbeat
+                    self.node_generation += 1
                     self.nodes[name] = info
                     self._stale(name)
             self._check_homogeneity()
@@ -311,7 +318,7 @@ class ClusterState:
             model, None if model is not None and _only_container(spec, model.container)
             else pod_shared_cpu_milli(spec, skip=model.container if model is not None else None),
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
-            pod_priority(spec),
+            pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------
@@ -504,17 +511,24 @@ class ClusterState:
 
     # -- questions ---------------------------------------------------------------------------------
 
+    def eligibility(self, spec: Mapping[str, Any]) -> Eligibility:
+        return Eligibility(spec, self.settings.amx_node_label)
+
     def iter_eligible(self, spec: Mapping[str, Any]) -> Iterator[NodeLedger]:
-        """Schedulable nodes the pod's nodeSelector and required node affinity allow, by name, lazily:
-        a question answered by the first match need not build every ledger."""
-        matches = node_selector(spec)
+        """The nodes kube-scheduler would offer the pod (cordons, taints, nodeSelector, required node affinity),
+        by name, lazily: a question answered by the first match need not build every ledger."""
+        allows = self.eligibility(spec).allows
         for name in sorted(self.nodes):
-            node = self.nodes[name]
-            if not node.unschedulable and matches(name, node.labels):
+            if allows(self.nodes[name]):
                 yield self.ledger(name)  # type: ignore[misc]
 
     def eligible(self, spec: Mapping[str, Any]) -> list[NodeLedger]:
         return list(self.iter_eligible(spec))
+
+    def misses(self, spec: Mapping[str, Any]) -> dict[str, Miss]:
+        """Each node kube-scheduler would not offer the pod, by name, and why."""
+        miss = self.eligibility(spec).miss
+        return {name: why for name in sorted(self.nodes) if (why := miss(self.nodes[name])) is not None}
 
     def fit(self, demand: ModelDemand, ledger: NodeLedger) -> fitmod.Fit:
         """The scheduler's question: does it fit what is free now?"""

@@ -67,8 +67,7 @@ class Verdict:
     message: str  # the whole explanation; empty when it simply fits
     notes: tuple[str, ...] = field(default=())  # admitted, but worth telling (e.g. the best-effort fallback)
 
-def _names(ledgers: Sequence[NodeLedger], limit: int = 4) -> str:
-    names = [ledger.name for ledger in ledgers]
+def _names(names: Sequence[str], limit: int = 4) -> str:
     return ", ".join(names[:limit]) + (", …" if len(names) > limit else "")
 
 
@@ -127,17 +126,13 @@ def preflight(
     found = bool(fits) and fits[-1].ok and replicas == 1
     what = f"{demand.pod} (model container {demand.container!r}, {demand.cpus} CPUs, TP={demand.tp})"
     if not eligible:
-        return Verdict(False, NO_ELIGIBLE_NODE,
-                       f"{what}: no schedulable node matches its nodeSelector and required node affinity"
-                       f"{' (including ' + cluster.settings.amx_node_label + '=true)' if demand.require_amx else ''}. "
-                       "Label a node to match, fix the selector, or set model-manager.io/require-amx: \"false\" "
-                       "if the model does not need AMX.")
+        return Verdict(False, NO_ELIGIBLE_NODE, f"{what}: {no_eligible_node(cluster, spec)}")
     max_numa = max(ledger.topology.numa_count for ledger in eligible)
     if demand.numa_nodes > max_numa:
         return Verdict(False, fitmod.TP_EXCEEDS_NUMA,
                        f"{demand.ranks} needs a node with at least {demand.numa_nodes} NUMA nodes, one per rank; the "
                        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have at most {max_numa} "
-                       f"({_names(eligible)}). Use {_fewer_ranks(demand, max_numa)}, or add a node with "
+                       f"({_names([ledger.name for ledger in eligible])}). Use {_fewer_ranks(demand, max_numa)}, or add a node with "
                        f"≥{demand.numa_nodes} NUMA nodes.")
     if resolution.policy == "kubelet-static":
         missing = memory_problems(spec)
@@ -162,7 +157,7 @@ def preflight(
                 eligible = cluster.eligible(spec)
             return Verdict(False, fitmod.BALLOON_TYPE_MISSING,
                            f"{demand.pod} asks for balloon type {demand.balloon_type}, which no BalloonsPolicy "
-                           f"defines for the {len(eligible)} eligible nodes ({_names(eligible)}) with a running "
+                           f"defines for the {len(eligible)} eligible nodes ({_names([ledger.name for ledger in eligible])}) with a running "
                            "NRI balloons plugin. Add the type to the BalloonsPolicy, or remove the "
                            "model-manager.io/nri-balloon annotation to use "
                            f"{cluster.settings.nri_balloon_prefix}{demand.tp}.")
@@ -191,6 +186,25 @@ def preflight(
                            f"Use replicas: {placed} or fewer, lower the CPU request, or free capacity.",
                            notes)
     return Verdict(True, fitmod.FITS, "", notes)
+
+
+def no_eligible_node(cluster: ClusterState, spec: Mapping[str, Any]) -> str:
+    """Why kube-scheduler offers the pod no node: each reason with its count, most common first, and what to
+    change for the first."""
+    misses = cluster.misses(spec)
+    if not misses:
+        return "the cluster has no nodes."
+    counts: dict[str, list[str]] = {}
+    for name, miss in misses.items():
+        counts.setdefault(miss.reason, []).append(name)
+    # A pinned pod: what keeps it off the nodes it is pinned to comes first, the pin itself last.
+    ranked = sorted(counts.items(), key=lambda kv: (misses[kv[1][0]].check == "node-pin", -len(kv[1]), kv[0]))
+    shown = "; ".join(f"{len(names)} {'node' if len(names) == 1 else 'nodes'} ({_names(names)}): {reason}"
+                      for reason, names in ranked[:3])
+    more = f"; {len(ranked) - 3} other reasons" if len(ranked) > 3 else ""
+    first = misses[counts[ranked[0][0]][0]]
+    return (f"kube-scheduler would offer it none of the {len(misses)} nodes: {shown}{more}. "
+            f"To change: {first.change}.")
 
 
 def _simulate_replicas(demand: ModelDemand, eligible: Sequence[NodeLedger], cluster: ClusterState,

@@ -61,19 +61,14 @@ def snapshot_state(args: argparse.Namespace, settings: Settings) -> ClusterState
     return ClusterState.from_objects(snapshot_objects(args, log.warning), settings)
 
 
-def load_cluster(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]
-                 ) -> tuple[ClusterState, dict[str, list[Any]]]:
-    """The cluster state, and the nodes' taints where the source has them (kube-scheduler's filter)."""
+def load_cluster(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> ClusterState:
     if args.kubeconfig or args.in_cluster:
         from server.inputs import api_client, list_cluster
 
         state = ClusterState(settings)
         list_cluster(state, api_client(args.kubeconfig, args.in_cluster))
-        return state, {}
-    objects = snapshot_objects(args, say)
-    taints = {o["metadata"]["name"]: (o.get("spec") or {}).get("taints") or [] for o in objects
-              if o.get("kind") == "Node"}
-    return ClusterState.from_objects(objects, settings), taints
+        return state
+    return ClusterState.from_objects(snapshot_objects(args, say), settings)
 
 
 # -- commands ----------------------------------------------------------------------------------------
@@ -83,8 +78,7 @@ def run_render(args: argparse.Namespace, settings: Settings, say: Callable[[str]
     from server.render import dump_yaml, exit_code, print_text, render
 
     objects = load_manifests(args.file)  # before the cluster: a typo in FILE should not wait for a list
-    state, taints = load_cluster(args, settings, say)
-    results = render(objects, state, taints)
+    results = render(objects, load_cluster(args, settings, say))
     if args.output == "json":
         print(json.dumps(results, indent=2, ensure_ascii=False))
     elif args.output == "yaml":
@@ -97,7 +91,7 @@ def run_render(args: argparse.Namespace, settings: Settings, say: Callable[[str]
 def run_report(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
     from server.report import print_table, report
 
-    state, _ = load_cluster(args, settings, say)
+    state = load_cluster(args, settings, say)
     if args.output == "json":
         print(json.dumps(report(state), indent=2, ensure_ascii=False))
     else:
@@ -109,7 +103,7 @@ def run_balloons_policy(args: argparse.Namespace, settings: Settings, say: Calla
     from server.policies import UnknownNode, balloons_policies
     from server.render import dump_yaml
 
-    state, _ = load_cluster(args, settings, say)
+    state = load_cluster(args, settings, say)
     try:
         policies = balloons_policies(state, args.nodes, args.namespace)
     except UnknownNode as exc:
