@@ -7,9 +7,10 @@ ledger; `place` is `fit` followed by `hold`, so the two can never disagree.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from placement.demand import OUT_REQUESTED, ModelDemand, ranks_text, round_up
 from placement.ledger import Holding, NodeLedger
