@@ -566,3 +566,29 @@ def test_fuzzed_real_payloads_always_get_a_well_formed_answer(data: st.DataObjec
         if answer.ops:
             answer.pod  # noqa: B018 - applies to exactly what was sent
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("node_pin,cpu", [(None, "31"), ("cpu-nosmt", "40"), ("cpu-nosmt", "27")])
+async def test_the_suggested_cpu_request_is_admitted_when_resubmitted(wh: Webhook, node_pin: str | None,
+                                                                      cpu: str) -> None:
+    """The refusal speaks in the user's cpu: N, and the cpu: N it suggests is then admitted; on the SMT-off node a
+    cpu: N is N cores too (the request is sized for that node's width, not doubled for SMT-2 nodes)."""
+    pin = {"model-manager.io/node": node_pin} if node_pin else {}
+    message = refused(await admitted(wh, kserve(f"big-{cpu}", cpu=cpu, **pin)), f"asks for cpu: {cpu}, that is ")
+    suggested = re.search(r"Request at most cpu: (\d+) ", message)
+    assert suggested, message
+    answer = await admitted(wh, kserve(f"again-{cpu}", cpu=suggested.group(1), **pin))
+    assert answer.allowed, answer.message
+
+
+async def test_on_the_smt_off_node_cpu_16_is_16_cores_and_on_smt2_nodes_32_cpus(wh: Webhook) -> None:
+    nosmt = (await wh.mutate(kserve("nosmt", cpu="16", **{"model-manager.io/node": "cpu-nosmt"}))).pod
+    assert nosmt["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "16"
+    assert nosmt["metadata"]["annotations"]["cpu-policy.model-manager.io/cpus"] == "16"
+    # Any node of the mixed demo fleet: sized for SMT-2, and kept off the SMT-off node by its node affinity.
+    anywhere = (await wh.mutate(kserve("anywhere", cpu="16"))).pod
+    assert anywhere["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "32"
+    [term] = anywhere["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert {"key": "feature.node.kubernetes.io/cpu-hardware_multithreading", "operator": "NotIn",
+            "values": ["false"]} in term["matchExpressions"]
