@@ -15,7 +15,9 @@ from typing import Any, NamedTuple
 
 from placement import fit as fitmod
 from placement.config import Settings
-from placement.demand import ModelDemand, is_model_pod, pod_shared_cpu_milli, pod_shared_memory, read_model_pod
+from placement.demand import (
+    ModelDemand, initializing, is_model_pod, pod_shared_cpu_milli, pod_shared_memory, read_model_pod,
+)
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
 from placement.ledger import STAMPS, Holding, NodeLedger, NodeNRI
 from placement.quantity import QuantityError, memory_bytes
@@ -316,7 +318,7 @@ class ClusterState:
             str(uid), str(meta.get("namespace", "")), str(meta.get("name", "")), spec.get("nodeName") or None,
             str((obj.get("status") or {}).get("phase") or "Pending"), str(meta.get("creationTimestamp") or ""),
             model, None if model is not None and _only_container(spec, model.container)
-            else pod_shared_cpu_milli(spec, skip=model.container if model is not None else None),
+            else pod_shared_cpu_milli(spec, model.container if model is not None else None, initializing(obj)),
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
             pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
         )

@@ -7,13 +7,15 @@ ledger; `place` is `fit` followed by `hold`, so the two can never disagree.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple
 
-from placement.demand import ModelDemand, ranks_text, round_up
+from placement.demand import OUT_REQUESTED, ModelDemand, ranks_text, round_up
 from placement.ledger import Holding, NodeLedger
 from placement import nri
+from placement.quantity import QuantityError, cpu_milli
 from placement.topology import BalloonsPolicy, BalloonType
 
 EXCLUSIVE_POLICIES = ("nri-balloons", "kubelet-static")
@@ -131,6 +133,26 @@ def nominal_cpus(demand: ModelDemand, threads_per_core: int) -> int:
     if demand.policy == "kubelet-static":
         return round_up(demand.cpus, threads_per_core)
     return demand.cpus
+
+
+def balloon_request(demand: ModelDemand, annotations: Mapping[str, Any], tpc: int, hide_hyperthreads: bool,
+                    mode: str) -> int | None:
+    """The model container's CPU request in millicores under the balloons plugin, which gives a balloon
+    ceil(request) logical CPUs split evenly over its ranks' NUMA nodes: whole cores on each, so no rank shares a
+    core. On a hide-hyperthreads type in `cores` mode the user's cpu: N is N cores for N threads (N × SMT width
+    CPUs); otherwise the request, rounded up. The user's own figure is kept in `requested-cpu`, so a second
+    mutation starts from it and never doubles twice. None: no request to size from."""
+    original = demand.cpu_milli
+    if annotations.get(OUT_REQUESTED) is not None:
+        try:
+            original = cpu_milli(annotations[OUT_REQUESTED])
+        except QuantityError:
+            return None
+    if original <= 0:
+        return None
+    span = demand.numa_nodes
+    cores = math.ceil(math.ceil(original / 1000) / (1 if hide_hyperthreads and mode == "cores" else tpc))
+    return round_up(cores, span) * tpc * 1000
 
 
 def _refuse(node: str, check: str, reason: str, resolvable: bool, fp: Footprint | None = None) -> Fit:

@@ -9,8 +9,8 @@ tests/peers/balloons), and tests/oracle holds this module to the real plugin:
   it is made of, has the fewest balloons, components included, ties to the first listed (newCompositeBalloon,
   balloonsByDefIncludingComponents);
 - a plain type that prefers /sys/devices/system/node/nodeN is taken from NUMA node N when N has room; the
-  preference is dropped otherwise (resizeCpusWithDevices), and we then refuse: where it would go is not NUMA-local
-  by design;
+  preference is dropped otherwise (resizeCpusWithDevices), and its implicit anti-affinity to every other preferred
+  NUMA node decides, as below: it may still land on one NUMA node, another one;
 - a plain type with no such preference is pushed away from every NUMA node some other type prefers, lowest id
   first while the rest still has room (fillFarFromDevices), then taken from the deepest topology level with room
   (resizeCpusMaxLocalSet): one NUMA node when one has room, else spread, which we refuse.
@@ -232,21 +232,23 @@ def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list
         if k >= len(free):
             return Refusal(NOT_NUMA_LOCAL, f"balloon type {btype.name} prefers NUMA node {k}, which a node with "
                                            f"{len(free)} NUMA node{'s' if len(free) != 1 else ''} lacks", False)
-        if free[k] < cores:
-            return Refusal(INSUFFICIENT_FREE,
-                           f"balloon type {btype.name} is carved from NUMA node {k} and needs {_cores(cores)} there",
-                           True)
-        return k
+        if free[k] >= cores:
+            return k
+        # The preference is dropped and the type's implicit preferFarFromDevices (every NUMA node other types
+        # prefer, its own excepted) decides, as for a plain type (resizeCpusWithDevices): often still one NUMA node.
+    else:
+        k = None
     allowed = list(range(len(free)))
     if policy.numa_preferring:
-        for k in range(len(free)):
-            rest = [i for i in allowed if i != k]
-            if rest and sum(free[i] for i in rest) >= cores:
+        for j in range(len(free)):
+            rest = [i for i in allowed if i != j]
+            if j != k and rest and sum(free[i] for i in rest) >= cores:
                 allowed = rest
     fitting = [i for i in allowed if free[i] >= cores]
     if not fitting:
         return Refusal(NOT_NUMA_LOCAL if sum(free[i] for i in allowed) >= cores else INSUFFICIENT_FREE,
-                       f"balloon type {btype.name} needs {_cores(cores)} on one NUMA node", True)
+                       f"balloon type {btype.name} needs {_cores(cores)} on one NUMA node"
+                       + (f" (NUMA node {k}, which it prefers, or another)" if k is not None else ""), True)
     if policy.topology_balancing:
         return max(fitting, key=lambda i: (free[i], -i))
     return min(fitting, key=lambda i: (free[i], i))

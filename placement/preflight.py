@@ -181,7 +181,7 @@ def preflight(
         elif placed < replicas:
             return Verdict(False, REPLICAS,
                            f"{demand.pod}: only {placed} of {replicas} replicas fit at once "
-                           f"({fitmod.nominal_footprint(resolved, cluster.settings.mm_kubelet_threads_per_core).describe()} each; "
+                           f"({fitmod.nominal_footprint(resolved, _width(eligible, cluster)).describe()} each; "
                            f"{len(feasible)} of {len(eligible)} eligible nodes have room now). "
                            f"Use replicas: {placed} or fewer, lower the CPU request, or free capacity.",
                            notes)
@@ -269,18 +269,16 @@ def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked:
     by_node = {ledger.name: ledger for ledger in eligible}
     eligible = [by_node[f.node] for f in ranked]
     resolvable = [f for f in ranked if f.resolvable]
-    tpc = cluster.settings.mm_kubelet_threads_per_core
-    fp = fitmod.nominal_footprint(demand, tpc)
-    asked = f"{demand.pod} needs {fp.describe()}"
+    fp = fitmod.nominal_footprint(demand, _width(eligible, cluster))
+    asked = f"{demand.pod} asks for cpu: {demand.requested_cpu}, that is {fp.describe()}"
     if not resolvable:
         first = ranked[0]
         checks = {f.check for f in ranked}
         if checks == {fitmod.FOOTPRINT_EXCEEDS_NODE}:
             best = max(eligible, key=lambda ledger: _room_when_empty(ledger, demand))
-            room = _room_when_empty(best, demand)
-            cores = cluster.settings.nri_cpu_request == "cores" or demand.policy != "nri-balloons"
-            if room > 0:
-                advice = f"Request at most cpu: {room if cores else room * tpc} for {demand.ranks}"
+            most = _largest_request(demand, best, cluster)
+            if most > 0:
+                advice = f"Request at most cpu: {most} for {demand.ranks}"
             else:
                 advice = "Use a smaller model"
             wider = demand.numa_nodes * 2
@@ -300,6 +298,34 @@ def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked:
                    f"{asked}; none of the {len(eligible)} eligible nodes has that free now (most free: {free_text}; "
                    f"{why}). Scale down or delete another model on these nodes, lower the CPU request, or add "
                    "capacity.")
+
+
+def _width(eligible: Sequence[NodeLedger], cluster: ClusterState) -> int:
+    """The SMT width the eligible nodes share (the webhook keeps a pod on nodes of one width); the fleet's usual
+    width when they differ."""
+    widths = {ledger.threads_per_core for ledger in eligible}
+    return widths.pop() if len(widths) == 1 else cluster.settings.mm_kubelet_threads_per_core
+
+
+def _largest_request(demand: ModelDemand, ledger: NodeLedger, cluster: ClusterState) -> int:
+    """The largest whole `cpu: N`, in the unit the user writes it, that an empty node like `ledger` could hold
+    once the webhook has sized it as it sizes this one; 0 when none."""
+    room = _room_when_empty(ledger, demand)
+    policy = ledger.nri.policy
+    btype = policy.balloon_type(demand.balloon_type) if policy is not None else None
+    if demand.policy != "nri-balloons" or btype is None:
+        return room
+    width, mode = ledger.threads_per_core, cluster.settings.nri_cpu_request
+    # cpu: N in cores mode on a hide-hyperthreads type is N cores; otherwise N CPUs.
+    start = room if mode == "cores" and btype.hide_hyperthreads else room * width
+    empty = ledger.scratch(evicted=set(ledger.holdings))
+    for cpus in range(start, max(0, start - 64), -1):
+        milli = fitmod.balloon_request(replace(demand, requested_milli=0, cpu_milli=cpus * 1000), {}, width,
+                                       btype.hide_hyperthreads, mode)
+        result = cluster.fit_admission(replace(demand, cpu_milli=milli or cpus * 1000), empty)
+        if result.ok or result.resolvable:
+            return cpus
+    return 0
 
 
 def _room_when_empty(ledger: NodeLedger, demand: ModelDemand) -> int:

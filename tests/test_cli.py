@@ -47,11 +47,14 @@ def test_render_admits_and_ranks_the_tp1_kserve_pod() -> None:
     ann = entry["mutated"]["metadata"]["annotations"]
     assert ann["balloon.balloons.resource-policy.nri.io/container.kserve-container"] == "vllm-balloon-tp1"
     assert entry["ranking"] and entry["ranking"] == sorted(entry["ranking"], key=lambda r: -r["score"])
-    # Every node is accounted for: ranked, filtered by the extender, or not offered (cpu-icx has no AMX).
+    # Every node is accounted for: ranked, filtered by the extender, or not offered (cpu-icx has no AMX; cpu-nosmt
+    # has SMT off, and the request is sized for the SMT-2 nodes, which the pod's node affinity now says).
     named = [r["node"] for r in entry["ranking"]] + [f["node"] for f in entry["filtered"]]
-    assert entry["excluded"] == [{"node": "cpu-icx", "reason": entry["excluded"][0]["reason"]}]
-    assert entry["excluded"][0]["reason"].startswith("no AMX (the node has no label ")
-    assert sorted(named + ["cpu-icx"]) == ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-nosmt", "cpu-snc4"]
+    excluded = {e["node"]: e["reason"] for e in entry["excluded"]}
+    assert sorted(excluded) == ["cpu-icx", "cpu-nosmt"]
+    assert excluded["cpu-icx"].startswith("no AMX (the node has no label ")
+    assert "cpu-hardware_multithreading NotIn false" in excluded["cpu-nosmt"]
+    assert sorted(named + list(excluded)) == ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-nosmt", "cpu-snc4"]
 
 
 def test_render_refuses_the_tp4_pod_with_numbers_and_exit_code() -> None:

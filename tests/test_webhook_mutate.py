@@ -46,6 +46,8 @@ REQUESTED = "cpu-policy.model-manager.io/requested-cpu"
 NUMA = "cpu-policy.model-manager.io/numa-nodes"
 BALLOON = "balloon.balloons.resource-policy.nri.io/container."
 AMX = {"key": "feature.node.kubernetes.io/cpu-security.amx.enabled", "operator": "In", "values": ["true"]}
+# The demo fleet mixes SMT widths (cpu-nosmt has SMT off): a doubled request is kept on nodes of SMT width 2.
+SMT2 = {"key": "feature.node.kubernetes.io/cpu-hardware_multithreading", "operator": "NotIn", "values": ["false"]}
 # Where the contract lets the webhook write (DESIGN.md, "Outputs the webhook writes").
 WRITABLE = ("/metadata/annotations", "/spec/affinity", "/spec/schedulerName", "/spec/containers/",
             "/spec/initContainers/")
@@ -276,7 +278,7 @@ async def test_replicaset_created_kserve_pod_with_generate_name_is_pinned(wh: We
     assert model["resources"]["requests"]["cpu"] == "32" and model["resources"]["limits"]["cpu"] == "32"
     # Existing annotations stay, including one whose key has a slash.
     assert ann["sidecar.istio.io/inject"] == "false" and ann["serving.kserve.io/deploymentMode"] == "RawDeployment"
-    assert terms(pod) == [{"matchExpressions": [AMX]}]
+    assert terms(pod) == [{"matchExpressions": [AMX, SMT2]}]
     # Nothing we do not own changed: no name, same generateName, namespace, labels, and containers but for the
     # model container's CPU.
     original = sent["request"]["object"]
@@ -311,9 +313,10 @@ async def test_amx_requirement_lands_in_every_node_selector_term(wh: Webhook) ->
     answer = await wh.mutate(sent)
     pod = answer.pod
     first, second = terms(pod)
-    assert first["matchExpressions"] == [{"key": "node-role.kubernetes.io/cpu-inference", "operator": "Exists"}, AMX]
+    assert first["matchExpressions"] == [{"key": "node-role.kubernetes.io/cpu-inference", "operator": "Exists"}, AMX,
+                                         SMT2]
     assert second["matchExpressions"] == [
-        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["cpu-snc4"]}, AMX]
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["cpu-snc4"]}, AMX, SMT2]
     # Preferred terms are not requirements: left as they were.
     assert pod["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == \
         sent["request"]["object"]["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
@@ -416,7 +419,7 @@ async def test_require_amx_opt_out_and_explicit_balloon_type(wh: Webhook) -> Non
         "example.com/path~with/slash": "kept"}
     answer = await wh.mutate(sent)
     pod = answer.pod
-    assert "affinity" not in pod["spec"]
+    assert terms(pod) == [{"matchExpressions": [SMT2]}]  # no AMX requirement; the SMT width, as on every pod here
     ann = pod["metadata"]["annotations"]
     assert ann[BALLOON + "llama3"] == "vllm-balloon-tp2" and ann["example.com/path~with/slash"] == "kept"
     # Keys are escaped per RFC 6901: `~` first, then `/`.

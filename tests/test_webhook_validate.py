@@ -158,17 +158,19 @@ async def test_tp_larger_than_every_eligible_numa_count_names_the_largest_and_th
 
 async def test_footprint_larger_than_any_empty_node_says_how_much_would_fit(wh: Webhook) -> None:
     refused(await admitted(wh, kserve("too-big", cpu="31")),
-            "llm/llama3-8b-predictor-6c9f7d8b4-x7k2p needs balloon vllm-balloon-tp1: 31 cores on 1 NUMA node (62 CPUs)",
-            "more than any of the 6 eligible nodes with ≥1 NUMA nodes has even when empty",
+            "llm/llama3-8b-predictor-6c9f7d8b4-x7k2p asks for cpu: 31, that is balloon vllm-balloon-tp1: 31 cores on 1 "
+            "NUMA node (62 CPUs)",
+            "more than any of the 5 eligible nodes with ≥1 NUMA nodes has even when empty",
             "(largest: cpu-b1, 30 model cores per NUMA node)",
             "Request at most cpu: 30 for TP=1, or use tensor-parallel-size 2")
 
 
 async def test_footprint_larger_than_what_is_free_now_shows_the_free_cores(wh: Webhook) -> None:
     refused(await admitted(wh, kserve("on-full", **{"model-manager.io/node": "cpu-full"})),
-            "needs balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs)",
+            "asks for cpu: 16, that is balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs)",
             "none of the 1 eligible nodes has that free now (most free: cpu-full: NUMA 0: 3/29, NUMA 1: 1/29 free "
-            "cores; balloon type vllm-numa-0 is carved from NUMA node 0 and needs 16 free cores there)")
+            "cores; balloon type vllm-numa-0 needs 16 free cores on one NUMA node (NUMA node 0, which it prefers, or "
+            "another))")
     # The same pod anywhere fits: the refusal was about free capacity, not the request.
     assert (await admitted(wh, kserve("anywhere"))).allowed
 
@@ -325,11 +327,12 @@ async def test_deployment_create_update_and_statefulset_on_the_demo_fleet(wh: We
     assert (await wh.validate(review("ar-deployment-create.json"))).allowed  # TP=2 × 32 CPUs, 2 replicas
     assert (await wh.validate(review("ar-deployment-update.json"))).allowed  # scaled 2 -> 3
     # cpu: 32 at TP=2 is 16 cores on each of 2 NUMA nodes, a request of 64 CPUs: cpu-a1, cpu-b1 and cpu-snc4 (its
-    # free block of NUMA nodes 2-3) can hold one now; cpu-nosmt, SMT off, would need 32 cores per NUMA node.
+    # free block of NUMA nodes 2-3) can hold one now; cpu-nosmt, SMT off, is not eligible for a request doubled for
+    # SMT-2 nodes.
     five = workload("ar-deployment-create.json", replicas=5, uid="five")
     refused(await wh.validate(five),
             "llm/mixtral-8x7b: only 3 of 5 replicas fit at once",
-            "balloon vllm-balloon-tp2: 16 cores on each of 2 NUMA nodes (64 CPUs) each; 3 of 6 eligible nodes have "
+            "balloon vllm-balloon-tp2: 16 cores on each of 2 NUMA nodes (64 CPUs) each; 3 of 5 eligible nodes have "
             "room now", "Use replicas: 3 or fewer")
     assert (await wh.validate(review("ar-statefulset-create.json"))).allowed
     refused(await wh.validate(workload("ar-statefulset-create.json", uid="sts-tp8",
@@ -563,3 +566,29 @@ def test_fuzzed_real_payloads_always_get_a_well_formed_answer(data: st.DataObjec
         if answer.ops:
             answer.pod  # noqa: B018 - applies to exactly what was sent
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("node_pin,cpu", [(None, "31"), ("cpu-nosmt", "40"), ("cpu-nosmt", "27")])
+async def test_the_suggested_cpu_request_is_admitted_when_resubmitted(wh: Webhook, node_pin: str | None,
+                                                                      cpu: str) -> None:
+    """The refusal speaks in the user's cpu: N, and the cpu: N it suggests is then admitted; on the SMT-off node a
+    cpu: N is N cores too (the request is sized for that node's width, not doubled for SMT-2 nodes)."""
+    pin = {"model-manager.io/node": node_pin} if node_pin else {}
+    message = refused(await admitted(wh, kserve(f"big-{cpu}", cpu=cpu, **pin)), f"asks for cpu: {cpu}, that is ")
+    suggested = re.search(r"Request at most cpu: (\d+) ", message)
+    assert suggested, message
+    answer = await admitted(wh, kserve(f"again-{cpu}", cpu=suggested.group(1), **pin))
+    assert answer.allowed, answer.message
+
+
+async def test_on_the_smt_off_node_cpu_16_is_16_cores_and_on_smt2_nodes_32_cpus(wh: Webhook) -> None:
+    nosmt = (await wh.mutate(kserve("nosmt", cpu="16", **{"model-manager.io/node": "cpu-nosmt"}))).pod
+    assert nosmt["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "16"
+    assert nosmt["metadata"]["annotations"]["cpu-policy.model-manager.io/cpus"] == "16"
+    # Any node of the mixed demo fleet: sized for SMT-2, and kept off the SMT-off node by its node affinity.
+    anywhere = (await wh.mutate(kserve("anywhere", cpu="16"))).pod
+    assert anywhere["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "32"
+    [term] = anywhere["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert {"key": "feature.node.kubernetes.io/cpu-hardware_multithreading", "operator": "NotIn",
+            "values": ["false"]} in term["matchExpressions"]
