@@ -91,7 +91,7 @@ from placement.demand import ModelDemand, read_model_pod  # noqa: E402
 from placement.ledger import NodeLedger  # noqa: E402
 from placement.mutation import balloon_request, mutate_pod  # noqa: E402
 from placement.preflight import preflight  # noqa: E402
-from placement.quantity import cpu_milli, memory_bytes  # noqa: E402
+from placement.quantity import cpu_milli  # noqa: E402
 from placement.topology import GROUP_LABEL, Topology, linux_layout  # noqa: E402
 
 AMX_LABEL = "feature.node.kubernetes.io/cpu-security.amx.enabled"
@@ -961,23 +961,6 @@ class Replay:
     seconds: float = 0.0
 
 
-def peer_pod(pod: Mapping[str, Any]) -> tuple[Any, list[Any]]:
-    """The pod as the kubelet hands it to the runtime: annotations, labels, each container's CPU request and
-    limit and memory limit. Every pod here sets requests = limits: Guaranteed."""
-    from tests.oracle.peer import Container, Pod
-
-    meta = pod["metadata"]
-    containers = []
-    for c in pod["spec"]["containers"]:
-        resources = c.get("resources") or {}
-        limits = resources.get("limits") or {}
-        containers.append(Container(c["name"], cpu=(resources.get("requests") or {}).get("cpu"),
-                                    cpu_limit=limits.get("cpu"),
-                                    memory_limit=memory_bytes(limits["memory"]) if "memory" in limits else 0))
-    return Pod(meta["name"], meta["namespace"], "Guaranteed", dict(meta.get("annotations") or {}),
-               dict(meta.get("labels") or {})), containers
-
-
 def replay(run: Run, fleet: Sequence[NodeSpec], policies: Mapping[str, Mapping[str, Any]], sample: int,
            seed: int) -> Replay:
     """Replay `sample` nodes (seeded, the same nodes for both runs) through the real plugin: its daemon pods,
@@ -1001,9 +984,10 @@ def replay(run: Run, fleet: Sequence[NodeSpec], policies: Mapping[str, Mapping[s
 
 
 def _replay_node(run: Run, i: int, spec: NodeSpec, shape: Any, node: Any, out: Replay) -> None:
+    from tests.oracle.kubelet import peer_pod, run_pod
+
     for daemon in daemon_pods(spec):
-        pod, containers = peer_pod(daemon)
-        out.daemon_failed += sum(not node.create(pod, c).ok for c in containers)
+        out.daemon_failed += sum(not got.ok for got in run_pod(node, peer_pod(daemon)).values())
     uid_of: dict[str, str] = {}  # "ns/pod/container" -> uid, the model containers
     failing: dict[str, None] = {}
     spanned: set[str] = set()
@@ -1011,7 +995,8 @@ def _replay_node(run: Run, i: int, spec: NodeSpec, shape: Any, node: Any, out: R
     unpinned: set[str] = set()
 
     def create(uid: str) -> bool:
-        pod, [container] = peer_pod(run.pod_of[uid])
+        started = peer_pod(run.pod_of[uid])
+        pod, [container] = started.pod, started.containers
         uid_of[f"{pod.namespace}/{pod.name}/{container.name}"] = uid
         return node.create(pod, container).ok
 
@@ -1037,7 +1022,7 @@ def _replay_node(run: Run, i: int, spec: NodeSpec, shape: Any, node: Any, out: R
                 out.failed += 1
                 failing[uid] = None
         else:
-            node.remove_pod(peer_pod(run.pod_of[uid])[0])
+            node.remove_pod(peer_pod(run.pod_of[uid]).pod)
             failing.pop(uid, None)
             for waiting in list(failing):
                 if create(waiting):

@@ -31,7 +31,7 @@ from placement.demand import read_model_pod
 from placement.mutation import mutate_pod
 from placement.topology import SMT_LABEL, linux_layout
 from tests.oracle.kubelet import peer_pod, run_pod
-from tests.oracle.peer import Balloon, BalloonsPeer, Pod
+from tests.oracle.peer import BalloonsPeer, Created, Pod
 from tests.oracle.sysfs import NodeShape
 
 SETTINGS = Settings(require_amx=False)
@@ -39,6 +39,7 @@ NODE = "node-0"
 STREAMS_PER_PEER = 5
 GROUPS = int(__import__("os").environ.get("ORACLE_GROUPS", "64"))  # x STREAMS_PER_PEER scenarios
 EVENTS = 24
+INIT_SHARE = 0.15  # model pods with an init container (run to completion on the plugin, then removed)
 POLICIES = ("generated", "generated", "generated", "generated-capped", "plain", "plain-shared", "elastic")
 NAMESPACES = ("kube-system", "monitoring", "default", "cert-manager")
 REGRESSIONS: dict[str, tuple[int, int]] = {
@@ -241,14 +242,17 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
                     cluster.apply("Pod", "DELETED", obj)
                 continue
             mutated = mutate_pod(body, cluster).pod
-            peer, containers = peer_pod(mutated)
+            run = peer_pod(mutated)
+            peer = run.pod
             demand = read_model_pod(mutated, SETTINGS) if mutated["metadata"]["labels"].get("model-manager.io/model") else None
             verdict = cluster.fit(demand, cluster.ledger(NODE)) if demand is not None else None  # type: ignore[arg-type]
-            results = [node.create(peer, c) for c in containers]
-            model = results[0] if demand is not None else None
-            for c, got in zip(containers, results):
-                if not got.ok and (demand is None or c.name != demand.container):
-                    tally.other_failures.append(f"{where} {peer.namespace}/{peer.name}/{c.name}: {got.error}")
+            results = run_pod(node, run)
+            # A failed init container leaves the model container never created: the pod fails there.
+            model = (results.get(demand.container) or Created(error="an init container failed first")
+                     if demand is not None else None)
+            for name, got in results.items():
+                if not got.ok and (demand is None or name != demand.container):
+                    tally.other_failures.append(f"{where} {peer.namespace}/{peer.name}/{name}: {got.error}")
             if verdict is None:
                 pods[body["metadata"]["name"]] = (peer, _bound(mutated))
                 cluster.apply("Pod", "ADDED", _bound(mutated))
