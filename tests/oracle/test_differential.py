@@ -39,7 +39,6 @@ NODE = "node-0"
 STREAMS_PER_PEER = 5
 GROUPS = int(__import__("os").environ.get("ORACLE_GROUPS", "64"))  # x STREAMS_PER_PEER scenarios
 EVENTS = 24
-INIT_SHARE = 0.15  # model pods with an init container (run to completion on the plugin, then removed)
 POLICIES = ("generated", "generated", "generated", "generated-capped", "plain", "plain-shared", "elastic")
 NAMESPACES = ("kube-system", "monitoring", "default", "cert-manager")
 REGRESSIONS: dict[str, tuple[int, int]] = {
@@ -134,57 +133,30 @@ def stream(group: Group, seed: int) -> Iterator[tuple[str, dict[str, Any]]]:
         live.append(name)
         if r < 0.75:
             tp = rng.choice(tps)
-            # cpu: N is N cores in the webhook's cores mode: up to a little over what the ranks' NUMA nodes hold;
-            # now and then a fractional one.
-            cpu: int | str = rng.randint(1, max(1, shape.cores_per_numa * tp * 5 // 8))
-            if rng.random() < 0.15:
-                cpu = f"{int(cpu) * 1000 - rng.choice((100, 250, 500))}m" if int(cpu) > 1 else "1500m"
+            # cpu: N is N cores in the webhook's cores mode: up to a little over what the ranks' NUMA nodes hold.
+            cpu = rng.randint(1, max(1, shape.cores_per_numa * tp * 5 // 8))
             sidecar = rng.random() < 0.25
-            yield "create", model_pod(name, rng.choice(("models", "team-a")), tp, cpu, sidecar, rng,
-                                      burstable=rng.random() < 0.2, init=rng.random() < INIT_SHARE,
-                                      native_sidecar=rng.random() < 0.15)
+            yield "create", model_pod(name, rng.choice(("models", "team-a")), tp, cpu, sidecar, rng)
         else:
-            yield "create", plain_pod(name, rng.choice(NAMESPACES), rng.choice(("0", "100m", "500m", "1", "1500m", "2", "4")),
-                                      burstable=rng.random() < 0.4)
+            yield "create", plain_pod(name, rng.choice(NAMESPACES), rng.choice(("0", "100m", "500m", "1", "2", "4")))
 
 
-def model_pod(name: str, namespace: str, tp: int, cpu: int | str, sidecar: bool, rng: random.Random, *,
-              burstable: bool = False, init: bool = False, native_sidecar: bool = False) -> dict[str, Any]:
-    """A model pod as a user writes it; `burstable`: its model container's memory limit is above its request
-    (the webhook's rewrite of the CPU request does not make it Guaranteed); `init`: a small init container
-    that runs first; `native_sidecar`: an init container with restartPolicy Always that runs beside it."""
-    memory = {"requests": "8Gi", "limits": "12Gi" if burstable else "8Gi"}
+def model_pod(name: str, namespace: str, tp: int, cpu: int, sidecar: bool, rng: random.Random) -> dict[str, Any]:
     containers = [{"name": "vllm", "args": ["--tensor-parallel-size", str(tp)],
-                   "resources": {"requests": {"cpu": str(cpu), "memory": memory["requests"]},
-                                 "limits": {"cpu": str(cpu), "memory": memory["limits"]}}}]
+                   "resources": {"requests": {"cpu": str(cpu), "memory": "8Gi"},
+                                 "limits": {"cpu": str(cpu), "memory": "8Gi"}}}]
     if sidecar:
         side = rng.choice(("100m", "250m", "1"))
         containers.append({"name": "metrics", "resources": {"requests": {"cpu": side, "memory": "64Mi"},
                                                               "limits": {"cpu": side, "memory": "64Mi"}}})
-    init_containers = []
-    if init:
-        work = rng.choice(("500m", "1", "2"))
-        init_containers.append({"name": "fetch", "resources": {"requests": {"cpu": work, "memory": "256Mi"},
-                                                               "limits": {"cpu": work, "memory": "256Mi"}}})
-    if native_sidecar:
-        init_containers.append({"name": "proxy", "restartPolicy": "Always",
-                                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
-                                              "limits": {"cpu": "100m", "memory": "64Mi"}}})
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
                          "labels": {"model-manager.io/model": f"m-{name}"}},
-            "spec": {"containers": containers, **({"initContainers": init_containers} if init_containers else {})},
-            "status": {"phase": "Pending"}}
+            "spec": {"containers": containers}, "status": {"phase": "Pending"}}
 
 
-def plain_pod(name: str, namespace: str, cpu: str, *, burstable: bool = False) -> dict[str, Any]:
-    """A non-model pod; `burstable`: requests only, no limits."""
-    if cpu == "0":
-        resources: dict[str, Any] = {}
-    elif burstable:
-        resources = {"requests": {"cpu": cpu, "memory": "64Mi"}}
-    else:
-        resources = {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"cpu": cpu, "memory": "64Mi"}}
+def plain_pod(name: str, namespace: str, cpu: str) -> dict[str, Any]:
+    resources = {} if cpu == "0" else {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"cpu": cpu, "memory": "64Mi"}}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "labels": {"app": name}},
             "spec": {"containers": [{"name": "app", "resources": resources}]}, "status": {"phase": "Pending"}}
