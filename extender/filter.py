@@ -292,17 +292,24 @@ class Filtered:
     decision: str
 
 
-def _most_free(message: str, policy: str, frees: list[tuple[int, ...]]) -> str:
+def most_free(message: str, policy: str, frees: list[tuple[int, ...]], own: bool = False) -> str:
     """The class's own number: the most free cores any of its nodes has, where the reason looks (one NUMA
-    node it names, any one NUMA node, or the node in all for kubelet-static)."""
+    node it names, any one NUMA node, or the node in all for kubelet-static). `own`: the one node's figure,
+    for a line about that node (render)."""
+    def say(most: int, where: str) -> str:
+        if own:
+            return f"the node has {most} free {where}"
+        if where == "cores in all":
+            return f"the most any such node has free is {most} cores in all"
+        return f"the most any such node has free {where} is {most}"
+
     there = _THERE.search(message)
     if there is not None:
         k = int(there.group(1))
-        most = max((f[k] for f in frees if k < len(f)), default=0)
-        return f"the most any such node has free there is {most}"
+        return say(max((f[k] for f in frees if k < len(f)), default=0), "there")
     if policy == "kubelet-static":
-        return f"the most any such node has free is {max(sum(f) for f in frees)} cores in all"
-    return f"the most any such node has free on one NUMA node is {max(max(f, default=0) for f in frees)}"
+        return say(max(sum(f) for f in frees), "cores in all")
+    return say(max(max(f, default=0) for f in frees), "on one NUMA node")
 
 
 def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
@@ -331,7 +338,7 @@ def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
     ledger_of = judge.cluster.ledger
     for message, nodes in resolvable.items():
         frees = [ledger.free() for ledger in map(ledger_of, nodes) if ledger is not None]
-        text = f"{message}; {_most_free(message, ref.demand.policy, frees)}"
+        text = f"{message}; {most_free(message, ref.demand.policy, frees)}"
         for name in nodes:
             failed[name] = text
     return Filtered(passed, failed, unresolvable, "fits" if passed else "fits-nowhere")

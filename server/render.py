@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import yaml
 
-from extender.filter import Judge, filter_nodes
+from extender.filter import Judge, filter_nodes, most_free
 from extender.score import prioritize
 from placement.admission import WORKLOAD_KINDS, NotAdmissible, subject_of
 from placement.affinity import node_matches
@@ -150,8 +150,15 @@ def _nodes(pod: Mapping[str, Any], state: ClusterState, taints: Mapping[str, lis
         fit = state.fit(ref.demand, ledger) if ledger is not None else None
         ranking.append({"node": name, "score": scores[name],
                         "numa_cores": {str(n): c for n, c in fit.per_numa} if fit is not None else {}})
+    # The extender completes a reason with the most any node refused with it has free; a node's own line
+    # here cites the node's own figure.
+    failed = {}
+    for n, why in out.failed.items():
+        ledger = state.ledger(n)
+        own = most_free(why, ref.demand.policy, [ledger.free()], own=True) if ledger is not None else ""
+        failed[n] = f"{why.rsplit('; ', 1)[0]}; {own}" if own else why
     filtered = [{"node": n, "list": lst, "reason": why}
-                for lst, reasons in (("FailedNodes", out.failed), ("FailedAndUnresolvableNodes", out.unresolvable))
+                for lst, reasons in (("FailedNodes", failed), ("FailedAndUnresolvableNodes", out.unresolvable))
                 for n, why in reasons.items()]
     return {"demand": _demand(pod, state), "ranking": ranking, "filtered": filtered, "excluded": excluded}
 
@@ -227,11 +234,18 @@ def _tolerated(taint: Mapping[str, Any], tolerations: list[Any]) -> bool:
 
 # -- output ------------------------------------------------------------------------------------------
 
+class _Dumper(yaml.SafeDumper):
+    """Never `&id001` / `*id001`: an object shown twice (a template's spec and the pod's) is written out
+    twice, as kubectl would, so a reader or `kubectl apply -f` of a piece of it needs no anchor."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def dump_yaml(value: Any, many: bool = False) -> str:
-    """YAML as a person reads it: unicode as unicode, keys in their order."""
-    if many:
-        return yaml.safe_dump_all(value, sort_keys=False, width=120, allow_unicode=True)
-    return yaml.safe_dump(value, sort_keys=False, width=120, allow_unicode=True)
+    """YAML as a person reads it: unicode as unicode, keys in their order, no aliases."""
+    return yaml.dump_all(value if many else [value], Dumper=_Dumper, sort_keys=False, width=120,
+                         allow_unicode=True)
 
 
 WIDTH = 120
@@ -252,10 +266,15 @@ def print_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
             continue
         d = entry.get("demand")
         if d:
-            reason = f" (requested {d['requested_policy']}: {d['reason']})" if d["reason"] else ""
+            if d["problems"]:  # nothing is resolved for a spec that must be fixed first (the verdict says why)
+                placed = f"policy {d['requested_policy']} requested, no balloon until the spec is fixed"
+            else:
+                reason = f" (requested {d['requested_policy']}: {d['reason']})" if d["reason"] else ""
+                balloon = f", balloon {d['balloon_type']}" if d["policy"] == "nri-balloons" else ""
+                placed = f"policy {d['policy']}{reason}{balloon}"
             _say(out, f"demand:  model container {d['model_container']!r}, {d['cpus']} CPUs, TP={d['tp']} "
-                      f"({d['tp_source']}), policy {d['policy']}{reason}, balloon {d['balloon_type']}, "
-                      f"{plural(d['replicas'], 'replica')}, preflight {d['preflight']}", hang=9)
+                      f"({d['tp_source']}), {placed}, {plural(d['replicas'], 'replica')}, preflight {d['preflight']}",
+                 hang=9)
         v = entry["verdict"]
         print(f"verdict: {'ADMITTED' if v['allowed'] else 'REFUSED'} [{v['reason']}]", file=out)
         if v["message"]:
