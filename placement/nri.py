@@ -234,7 +234,9 @@ def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list
                                            f"{len(free)} NUMA node{'s' if len(free) != 1 else ''} lacks", False)
         if free[k] < cores:
             return Refusal(INSUFFICIENT_FREE,
-                           f"balloon type {btype.name} is carved from NUMA node {k} and needs {_cores(cores)} there",
+                           # The component type is the generated policy's inner working: the user asked for
+                           # a model and its ranks, and the policy decides which NUMA node each rank gets.
+                           f"the balloons policy puts a rank on NUMA node {k}, which needs {_cores(cores)} there",
                            True)
         return k
     allowed = list(range(len(free)))

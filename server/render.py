@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import yaml
 
-from extender.filter import Judge, filter_nodes, most_free
+from extender.filter import Judge, filter_nodes
 from extender.score import prioritize
 from placement.admission import WORKLOAD_KINDS, NotAdmissible, subject_of
 from placement.affinity import node_matches
@@ -150,17 +150,17 @@ def _nodes(pod: Mapping[str, Any], state: ClusterState, taints: Mapping[str, lis
         fit = state.fit(ref.demand, ledger) if ledger is not None else None
         ranking.append({"node": name, "score": scores[name],
                         "numa_cores": {str(n): c for n, c in fit.per_numa} if fit is not None else {}})
-    # The extender completes a reason with the most any node refused with it has free; a node's own line
-    # here cites the node's own figure.
-    failed = {}
-    for n, why in out.failed.items():
-        ledger = state.ledger(n)
-        own = most_free(why, ref.demand.policy, [ledger.free()], own=True) if ledger is not None else ""
-        failed[n] = f"{why.rsplit('; ', 1)[0]}; {own}" if own else why
-    filtered = [{"node": n, "list": lst, "reason": why}
-                for lst, reasons in (("FailedNodes", failed), ("FailedAndUnresolvableNodes", out.unresolvable))
+    # The extender completes a reason with the most any node refused with it has free (the reason
+    # kube-scheduler gets, shown as is); each node's line adds the node's own free cores.
+    filtered = [{"node": n, "list": lst, "reason": why, "free": _free(state, n)}
+                for lst, reasons in (("FailedNodes", out.failed), ("FailedAndUnresolvableNodes", out.unresolvable))
                 for n, why in reasons.items()]
     return {"demand": _demand(pod, state), "ranking": ranking, "filtered": filtered, "excluded": excluded}
+
+
+def _free(state: ClusterState, name: str) -> dict[str, int]:
+    ledger = state.ledger(name)
+    return {str(k): cores for k, cores in enumerate(ledger.free())} if ledger is not None else {}
 
 
 def _demand(pod: Mapping[str, Any], state: ClusterState) -> dict[str, Any]:
@@ -289,7 +289,9 @@ def print_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
                 numa = ", ".join(f"NUMA {n}: {plural(c, 'core')}" for n, c in r["numa_cores"].items())
                 _say(out, f"{i:>2}. {r['node']:<16} score {r['score']:>2}/10  {numa or 'shared pool'}", 2, 21)
             for f in entry["filtered"]:
-                _say(out, f" -  {f['node']:<16} {f['list']}: {f['reason']}", 2, 21)
+                own = ", ".join(f"NUMA {n}: {c}" for n, c in f["free"].items())
+                _say(out, f" -  {f['node']:<16} {f['list']}: {f['reason']}" + (f" [this node has free: {own} cores]"
+                                                                             if own else ""), 2, 21)
             for x in entry["excluded"]:
                 _say(out, f" x  {x['node']:<16} not offered by kube-scheduler: {x['reason']}", 2, 21)
         print(f"patch (/mutate): {plural(len(entry['patch']), 'operation')}", file=out)

@@ -168,7 +168,7 @@ async def test_footprint_larger_than_what_is_free_now_shows_the_free_cores(wh: W
     refused(await admitted(wh, kserve("on-full", **{"model-manager.io/node": "cpu-full"})),
             "needs balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs)",
             "none of the 1 eligible nodes has that free now (most free: cpu-full: NUMA 0: 3/29, NUMA 1: 1/29 free "
-            "cores; balloon type vllm-numa-0 is carved from NUMA node 0 and needs 16 free cores there)")
+            "cores; the balloons policy puts a rank on NUMA node 0, which needs 16 free cores there)")
     # The same pod anywhere fits: the refusal was about free capacity, not the request.
     assert (await admitted(wh, kserve("anywhere"))).allowed
 
