@@ -19,7 +19,9 @@ def command() -> list[str]:
     """The installed console script when it sits next to this interpreter and runs this checkout's code,
     else the module (an editable install of another worktree would test that worktree's code)."""
     script = Path(sys.executable).with_name("model-placement")
-    return [str(script)] if script.exists() and _installed_from_here() else [sys.executable, "-m", "server.cli"]
+    if script.exists() and _installed_from_here():
+        return [str(script)]
+    return ["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "server.cli"]  # this checkout, from any directory
 
 
 def _installed_from_here() -> bool:
