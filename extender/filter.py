@@ -17,8 +17,8 @@ demand (replicas of one model ask the same):
 A refusal names neither the node nor the pod: kube-scheduler counts identical reasons into its summary
 ("0/1000 nodes are available: 640 <reason>, 350 <reason>"), and the event it writes is cut at 1,024
 characters. So each reason is the class's sentence, completed once per call with the class's own number
-(the most free cores any node of that class has); the per-node numbers go to the log line and to
-GET /debug/nodes/NAME.
+(the most free cores any node of that class has), the fix, and the `model-placement explain NS/POD` that
+shows the per-node numbers (also in the log line and GET /debug/nodes/NAME).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def explain(demand: ModelDemand, fit: fitmod.Fit) -> str:
 
 
 UNKNOWN_NODE = "not known to the extender (not in its cache yet, or deleted)"
-_THERE = re.compile(r"NUMA node (\d+)")  # a reason about one NUMA node of every node ("carved from NUMA node 0")
+_THERE = re.compile(r"NUMA node (\d+)")  # a reason about one NUMA node of every node ("a rank on NUMA node 0")
 
 
 class Judge:
@@ -337,17 +337,21 @@ class Filtered:
     ineligible: dict[str, Miss] = field(default_factory=dict)  # of `unresolvable`: not offered by kube-scheduler
 
 
-def _most_free(message: str, policy: str, frees: list[tuple[int, ...]]) -> str:
+def most_free(message: str, policy: str, frees: list[tuple[int, ...]]) -> str:
     """The class's own number: the most free cores any of its nodes has, where the reason looks (one NUMA
     node it names, any one NUMA node, or the node in all for kubelet-static)."""
+    def say(most: int, where: str) -> str:
+        if where == "cores in all":
+            return f"the most any such node has free is {most} cores in all"
+        return f"the most any such node has free {where} is {most}"
+
     there = _THERE.search(message)
     if there is not None:
         k = int(there.group(1))
-        most = max((f[k] for f in frees if k < len(f)), default=0)
-        return f"the most any such node has free there is {most}"
+        return say(max((f[k] for f in frees if k < len(f)), default=0), "there")
     if policy == "kubelet-static":
-        return f"the most any such node has free is {max(sum(f) for f in frees)} cores in all"
-    return f"the most any such node has free on one NUMA node is {max(max(f, default=0) for f in frees)}"
+        return say(max(sum(f) for f in frees), "cores in all")
+    return say(max(max(f, default=0) for f in frees), "on one NUMA node")
 
 
 def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
@@ -378,9 +382,12 @@ def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
             else:
                 unresolvable[name] = verdict.message
     ledger_of = judge.cluster.ledger
+    # The same for every node of this call, so kube-scheduler still counts one reason per class; it names the
+    # pod so that its FailedScheduling event says where the per-node numbers are.
+    fix = f"; wait for free cores or lower cpu; `model-placement explain {ref.display}` lists every node"
     for message, nodes in resolvable.items():
         frees = [ledger.free() for ledger in map(ledger_of, nodes) if ledger is not None]
-        text = f"{message}; {_most_free(message, ref.demand.policy, frees)}"
+        text = f"{message}; {most_free(message, ref.demand.policy, frees)}{fix}"
         for name in nodes:
             failed[name] = text
     return Filtered(passed, failed, unresolvable, "fits" if passed else "fits-nowhere", ineligible)

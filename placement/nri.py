@@ -247,8 +247,11 @@ def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list
     fitting = [i for i in allowed if free[i] >= cores]
     if not fitting:
         return Refusal(NOT_NUMA_LOCAL if sum(free[i] for i in allowed) >= cores else INSUFFICIENT_FREE,
-                       f"balloon type {btype.name} needs {_cores(cores)} on one NUMA node"
-                       + (f" (NUMA node {k}, which it prefers, or another)" if k is not None else ""), True)
+                       # A component type is the generated policy's inner working: the user asked for a model and
+                       # its ranks, and the policy decides which NUMA node each rank gets.
+                       (f"the balloons policy puts a rank on NUMA node {k} (or, lacking room there, another), "
+                        f"which needs {_cores(cores)} on one NUMA node" if k is not None
+                        else f"balloon type {btype.name} needs {_cores(cores)} on one NUMA node"), True)
     if policy.topology_balancing:
         return max(fitting, key=lambda i: (free[i], -i))
     return min(fitting, key=lambda i: (free[i], i))

@@ -140,11 +140,18 @@ def _nodes(pod: Mapping[str, Any], state: ClusterState) -> dict[str, Any]:
         fit = state.fit(ref.demand, ledger) if ledger is not None else None
         ranking.append({"node": name, "score": scores[name],
                         "numa_cores": {str(n): c for n, c in fit.per_numa} if fit is not None else {}})
-    filtered = [{"node": n, "list": lst, "reason": why}
+    # The extender completes a reason with the most any node refused with it has free (the reason
+    # kube-scheduler gets, shown as is); each node's line adds the node's own free cores.
+    filtered = [{"node": n, "list": lst, "reason": why, "free": _free(state, n)}
                 for lst, reasons in (("FailedNodes", out.failed), ("FailedAndUnresolvableNodes", out.unresolvable))
                 for n, why in reasons.items() if n not in out.ineligible]
     excluded = [{"node": n, "reason": miss.reason} for n, miss in out.ineligible.items()]
     return {"demand": _demand(pod, state), "ranking": ranking, "filtered": filtered, "excluded": excluded}
+
+
+def _free(state: ClusterState, name: str) -> dict[str, int]:
+    ledger = state.ledger(name)
+    return {str(k): cores for k, cores in enumerate(ledger.free())} if ledger is not None else {}
 
 
 def _demand(pod: Mapping[str, Any], state: ClusterState) -> dict[str, Any]:
@@ -161,11 +168,18 @@ def _demand(pod: Mapping[str, Any], state: ClusterState) -> dict[str, Any]:
 
 # -- output ------------------------------------------------------------------------------------------
 
+class _Dumper(yaml.SafeDumper):
+    """Never `&id001` / `*id001`: an object shown twice (a template's spec and the pod's) is written out
+    twice, as kubectl would, so a reader or `kubectl apply -f` of a piece of it needs no anchor."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def dump_yaml(value: Any, many: bool = False) -> str:
-    """YAML as a person reads it: unicode as unicode, keys in their order."""
-    if many:
-        return yaml.safe_dump_all(value, sort_keys=False, width=120, allow_unicode=True)
-    return yaml.safe_dump(value, sort_keys=False, width=120, allow_unicode=True)
+    """YAML as a person reads it: unicode as unicode, keys in their order, no aliases."""
+    return yaml.dump_all(value if many else [value], Dumper=_Dumper, sort_keys=False, width=120,
+                         allow_unicode=True)
 
 
 WIDTH = 120
@@ -186,10 +200,15 @@ def print_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
             continue
         d = entry.get("demand")
         if d:
-            reason = f" (requested {d['requested_policy']}: {d['reason']})" if d["reason"] else ""
+            if d["problems"]:  # nothing is resolved for a spec that must be fixed first (the verdict says why)
+                placed = f"policy {d['requested_policy']} requested, no balloon until the spec is fixed"
+            else:
+                reason = f" (requested {d['requested_policy']}: {d['reason']})" if d["reason"] else ""
+                balloon = f", balloon {d['balloon_type']}" if d["policy"] == "nri-balloons" else ""
+                placed = f"policy {d['policy']}{reason}{balloon}"
             _say(out, f"demand:  model container {d['model_container']!r}, {d['cpus']} CPUs, TP={d['tp']} "
-                      f"({d['tp_source']}), policy {d['policy']}{reason}, balloon {d['balloon_type']}, "
-                      f"{plural(d['replicas'], 'replica')}, preflight {d['preflight']}", hang=9)
+                      f"({d['tp_source']}), {placed}, {plural(d['replicas'], 'replica')}, preflight {d['preflight']}",
+                 hang=9)
         v = entry["verdict"]
         print(f"verdict: {'ADMITTED' if v['allowed'] else 'REFUSED'} [{v['reason']}]", file=out)
         if v["message"]:
@@ -204,7 +223,9 @@ def print_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
                 numa = ", ".join(f"NUMA {n}: {plural(c, 'core')}" for n, c in r["numa_cores"].items())
                 _say(out, f"{i:>2}. {r['node']:<16} score {r['score']:>2}/10  {numa or 'shared pool'}", 2, 21)
             for f in entry["filtered"]:
-                _say(out, f" -  {f['node']:<16} {f['list']}: {f['reason']}", 2, 21)
+                own = ", ".join(f"NUMA {n}: {c}" for n, c in f["free"].items())
+                _say(out, f" -  {f['node']:<16} {f['list']}: {f['reason']}" + (f" [this node has free: {own} cores]"
+                                                                             if own else ""), 2, 21)
             for x in entry["excluded"]:
                 _say(out, f" x  {x['node']:<16} not offered by kube-scheduler: {x['reason']}", 2, 21)
             if entry["excluded"] and not entry["ranking"] and not entry["filtered"]:

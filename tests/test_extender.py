@@ -275,12 +275,16 @@ async def test_each_refusal_goes_to_the_list_that_matches_what_preemption_can_do
         assert list(answer[where]) == [node] and answer[other] == {}, answer
         message = answer[where][node]
         assert phrase in message, message
-        # Names neither the node nor the pod (kube-scheduler counts identical reasons into its summary), but
-        # the demand; a refusal eviction could change carries the number of its class.
+        # Never names the node (kube-scheduler counts identical reasons into its summary), but the demand; a
+        # refusal eviction could change carries the number of its class, the fix, and where the per-node numbers
+        # are: the pod's name only there, the same for every node of the call.
         # (A BalloonsPolicy of the node's own is named node.NAME: the policy, quoted by its name.)
-        assert node not in message.replace(f"/node.{node}", "") and pod["metadata"]["name"] not in message, message
+        assert node not in message.replace(f"/node.{node}", ""), message
         assert "CPUs" in message or "cores" in message
         assert ("the most any such node has free" in message) == (where == "FailedNodes"), message
+        explain = f"`model-placement explain llm-inference/{pod['metadata']['name']}` lists every node"
+        assert message.replace(explain, "").count(pod["metadata"]["name"]) == 0, message
+        assert (explain in message and "wait for free cores or lower cpu" in message) == (where == "FailedNodes"), message
 
 
 async def test_model_pod_with_unreadable_spec_is_unresolvable_everywhere_with_the_reason(ext: Ext) -> None:
@@ -564,12 +568,13 @@ async def test_a_thousand_nodes_of_three_shapes_refuse_in_a_few_sentences_that_n
     distinct = set(reasons.values())
     assert len(distinct) <= 6, distinct
     assert not any(n in text for n in names for text in distinct)
-    assert not any("big-model" in text for text in distinct)
+    assert not any("big-model" in text.replace("`model-placement explain llm-inference/big-model`", "")
+                   for text in distinct)
     # Each class of refusal says what it needs and, when eviction could help, the most any of its nodes has.
     resolvable = set(answer["FailedNodes"].values())
     assert resolvable and all("needs 50 free cores" in t and "the most any such node has free" in t
                               for t in resolvable)
     most = max(max(ext.cluster.ledger(n).free()) for n in answer["FailedNodes"])  # type: ignore[union-attr]
-    assert any(t.endswith(f" is {most}") for t in resolvable)
+    assert any(f" is {most}; wait for free cores" in t for t in resolvable)
     summary = ", ".join(f"{list(reasons.values()).count(t)} {t}" for t in sorted(distinct))
     assert len(f"0/1000 nodes are available: {summary}.") < 1024, summary

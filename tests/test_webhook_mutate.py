@@ -116,8 +116,8 @@ class Answer:
 
     @property
     def warning_text(self) -> str:
-        """The warnings read as one text (a long message comes in ≤120-character pieces, "… " marks the rest)."""
-        return " ".join(w.removeprefix("… ") for w in self.warnings)
+        """The warnings read as one text (each is whole: a message over 256 runes comes in its clauses)."""
+        return " ".join(self.warnings)
 
     @property
     def message(self) -> str:

@@ -25,7 +25,7 @@ from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are 
     AMX, BALLOON, CPUS, TP, TYPE, Answer, MakeWebhook, Obj, Webhook, decisions, make_webhook, objects_without,
     review, wh,
 )
-from webhook.review import ReviewError, parse_review
+from webhook.review import WARNING_MAX, WARNINGS_TOTAL, ReviewError, parse_review, render_warnings
 from webhook.routes import TIMINGS, Context, mutate_review, validate_review
 
 DEMO_ELIGIBLE = "the 6 eligible nodes"  # the AMX nodes: all but cpu-icx
@@ -169,8 +169,8 @@ async def test_footprint_larger_than_what_is_free_now_shows_the_free_cores(wh: W
     refused(await admitted(wh, kserve("on-full", **{"model-manager.io/node": "cpu-full"})),
             "asks for cpu: 16, that is balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs)",
             "none of the 1 eligible nodes has that free now (most free: cpu-full: NUMA 0: 3/29, NUMA 1: 1/29 free "
-            "cores; balloon type vllm-numa-0 needs 16 free cores on one NUMA node (NUMA node 0, which it prefers, or "
-            "another))")
+            "cores; the balloons policy puts a rank on NUMA node 0 (or, lacking room there, another), which needs 16 "
+            "free cores on one NUMA node)")
     # The same pod anywhere fits: the refusal was about free capacity, not the request.
     assert (await admitted(wh, kserve("anywhere"))).allowed
 
@@ -217,7 +217,7 @@ async def test_warn_mode_admits_with_the_refusal_as_warnings(make_webhook: MakeW
         assert answer.warning_text == (f"TP=8 needs a node with at least 8 NUMA nodes, one per rank; {DEMO_ELIGIBLE} have at most 4 "
                                        "(cpu-a1, cpu-a2, cpu-b1, cpu-full, …). Use tensor-parallel-size 4, or add a "
                                        "node with ≥8 NUMA nodes.")
-        assert len(answer.warnings) == 2 and all(len(w) <= 120 for w in answer.warnings)
+        assert answer.warnings == [answer.warning_text]  # one warning, whole: kubectl prints one line
     # Enforce stays the default for everyone else.
     assert not (await admitted(by_annotation, kserve("enforce", **tp8))).allowed
 
@@ -248,7 +248,7 @@ async def test_best_effort_fallback_is_admitted_with_the_note_as_warnings(
     assert answer.warning_text == ("llm/llama3-8b-predictor-6c9f7d8b4-x7k2p runs best-effort without exclusive cores: "
                                    "no eligible node has a running NRI balloons plugin with balloon type "
                                    "vllm-balloon-tp1.")
-    assert all(len(w) <= 120 for w in answer.warnings)
+    assert len(answer.warnings) == 1
 
 
 # ------------------------------------------------------------------------------------- a model's own pods
@@ -274,7 +274,7 @@ async def test_a_higher_priority_pod_on_a_full_node_is_admitted_to_preempt(full_
     urgent["request"]["object"]["spec"]["priority"] = 1000
     answer = await admitted(full_node, urgent)
     assert answer.allowed
-    said = " ".join(w.removeprefix("… ") for w in answer.warnings)
+    said = answer.warning_text
     assert "at priority 1000 it can have the cores of lower-priority model pods by preemption (on solo" in said
     # The same pod at the running pods' priority has nobody to preempt: refused as before.
     same = model_pod("urgent", 29)
@@ -496,15 +496,32 @@ async def test_a_refusal_is_one_log_line_with_pod_check_and_numbers_and_one_coun
 
 
 async def test_warnings_stay_within_what_the_apiserver_keeps(make_webhook: MakeWebhook) -> None:
-    """Many eligible nodes make a long message: every warning ≤ 120 characters, the text intact."""
+    """Many eligible nodes make a long message: one warning, whole, within the 256 runes the apiserver never cuts."""
     nodes = [node(f"cpu-numa2-{i:03d}") for i in range(40)]
     wh = await make_webhook([*nodes, balloons_policy(*(n["metadata"]["name"] for n in nodes))],
                             Settings(preflight="warn"))
     answer = await admitted(wh, kserve("long", **{"model-manager.io/tensor-parallel-size": "4"}))
-    assert answer.allowed and len(answer.warnings) >= 2
-    assert all(len(w) <= 120 for w in answer.warnings)
-    assert "the 40 eligible nodes have at most 2 (cpu-numa2-000, cpu-numa2-001" in answer.warning_text
-    assert answer.warning_text.endswith("Use tensor-parallel-size 2, or add a node with ≥4 NUMA nodes.")
+    [warning] = answer.warnings
+    assert len(warning) <= WARNING_MAX
+    assert warning.startswith("TP=4 needs a node with at least 4 NUMA nodes, one per rank; the 40 eligible nodes "
+                              "have at most 2 (cpu-numa2-000, cpu-numa2-001")
+    assert warning.endswith("Use tensor-parallel-size 2, or add a node with ≥4 NUMA nodes.")
+
+
+def test_a_long_message_is_split_between_its_clauses_and_the_total_is_kept() -> None:
+    """The apiserver (pkg/endpoints/filters/warning.go) cuts every warning to 256 runes once the total passes
+    4096: ours are each ≤ 256, split only where a clause ends, and never more than 4096 in all."""
+    clauses = [f"node cpu-{i:02d} has {i} of 32 cores free on NUMA node 0 and none on NUMA node 1" for i in range(9)]
+    long = "; ".join(clauses)
+    assert len(long) > WARNING_MAX
+    pieces = render_warnings([long])
+    assert len(pieces) > 1 and all(len(p) <= WARNING_MAX for p in pieces)
+    assert "; ".join(pieces) == long  # cut nowhere but between clauses
+    many = render_warnings([f"warning {i}: " + "x" * 240 for i in range(30)])
+    assert sum(map(len, many)) <= WARNINGS_TOTAL and len(many) == WARNINGS_TOTAL // 251
+    assert all(w.endswith("x" * 240) for w in many)  # dropped whole, never cut
+    assert render_warnings(["a\x07bell", "a\x07bell", ""]) == ["abell"]  # a control character drops a header
+
 
 
 # ------------------------------------------------------------------------------------- fuzzing

@@ -120,6 +120,14 @@ def test_model_pod_that_fits_nowhere_now_stays_pending_with_a_readable_reason(cl
                     annotations={"model-manager.io/preflight": "warn"})
     applied = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
     print("kubectl apply:", applied.stdout, applied.stderr)
+    # What kubectl prints of warn mode's warnings, through the real apiserver's warning recorder: the refusal
+    # enforce would give, each warning ≤ 256 runes (never cut by the apiserver) and split only between clauses,
+    # so the pieces joined at "; " are the message whole, ending with its fix.
+    warned = [line.removeprefix("Warning: ") for line in applied.stderr.splitlines() if line.startswith("Warning: ")]
+    assert warned and warned[0].startswith("llm/qwen-14b needs balloon vllm-balloon-tp1: 16 cores"), applied.stderr
+    assert all(len(w) <= 256 for w in warned), warned
+    whole = "; ".join(warned)
+    assert "eligible nodes has that free now (most free: " in whole and whole.endswith("or add capacity."), whole
 
     def scheduled_condition() -> dict[str, Any] | None:
         got = cluster.kubectl_json("-n", MODEL_NS, "get", "pod", "qwen-14b")

@@ -16,9 +16,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def command() -> list[str]:
-    """The installed console script when it sits next to this interpreter, else the module."""
+    """The installed console script when it sits next to this interpreter and runs this checkout's code,
+    else the module (an editable install of another worktree would test that worktree's code)."""
     script = Path(sys.executable).with_name("model-placement")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "server.cli"]
+    if script.exists() and _installed_from_here():
+        return [str(script)]
+    return ["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "server.cli"]  # this checkout, from any directory
+
+
+def _installed_from_here() -> bool:
+    from importlib import metadata
+
+    try:
+        direct = json.loads(metadata.distribution("model-placement").read_text("direct_url.json") or "{}")
+    except metadata.PackageNotFoundError:
+        return False
+    if not (direct.get("dir_info") or {}).get("editable"):
+        return True  # a built install: the code an operator runs
+    return bool(direct.get("url") == ROOT.as_uri())
 
 
 class ServerProcess:
