@@ -7,9 +7,10 @@ from typing import Any
 
 from placement.cluster import ClusterState
 from placement.mutation import mutate_pod
-from tests.oracle.peer import BalloonsPeer, Container
+from tests.oracle.kubelet import peer_pod
+from tests.oracle.peer import BalloonsPeer
 from tests.oracle.sysfs import NodeShape
-from tests.oracle.test_differential import NODE, SETTINGS, Group, node_objects, peer_pod, policy_spec
+from tests.oracle.test_differential import NODE, SETTINGS, Group, node_objects, policy_spec
 
 SHAPE = NodeShape(packages=1, numa_per_package=4, cores_per_numa=16, threads_per_core=2)
 
@@ -39,8 +40,8 @@ def test_a_big_init_container_frees_its_cores_when_it_exits_on_the_plugin_and_in
     cluster = ClusterState.from_objects(node_objects(group), SETTINGS)
     with BalloonsPeer(SHAPE, policy_spec(group)) as node:
         mutated = mutate_pod(model_pod("big-init", "64"), cluster).pod
-        peer, [app] = peer_pod(mutated)
-        init = Container("fetch", cpu="64", cpu_limit="64", memory_limit=1 << 30)
+        run = peer_pod(mutated)
+        peer, [init], [app] = run.pod, run.init, run.containers
         bound = {**mutated, "spec": {**mutated["spec"], "nodeName": NODE}}
         # Initializing: the init container runs, in the shared balloons, and the ledger counts it.
         assert node.create(peer, init).ok
