@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import jsonpatch
 import pytest
-from hypothesis import HealthCheck, event, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, assume, event, given, settings as hsettings, strategies as st
 from prometheus_client import REGISTRY
 
 from placement.cluster import ClusterState
@@ -472,6 +472,11 @@ def test_our_patch_applier_reads_rfc_6902_as_jsonpatch_does(doc: Any, ops: list[
     try:
         # jsonpatch inserts into the very lists an operation carries as its value: give it copies.
         expected: Any = jsonpatch.apply_patch(copy.deepcopy(doc), copy.deepcopy(ops))
+    except jsonpatch.InvalidJsonPatch as exc:
+        # jsonpatch refuses "-" as the last token of a replace or remove even in an object, where RFC 6901 makes
+        # it a member's name; evanphx/json-patch v4.13 (which the apiserver applies) and ours accept it.
+        assume("'-' can't be applied" not in str(exc))
+        expected = PatchError
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError, IndexError):
         expected = PatchError
     try:
@@ -654,6 +659,9 @@ def _with_uid_cases() -> list[tuple[str, Callable[[Obj], None], str]]:
         ("labels a list", weird("metadata.labels", ["serving.kserve.io/inferenceservice"]),
          "metadata.labels is a JSON array"),
         ("args numbers", weird("spec.containers.0.args", ["--tensor-parallel-size", 2]), "args[1] is a JSON number"),
+        ("tolerations true", weird("spec.tolerations", True), "spec.tolerations is a JSON boolean"),
+        ("toleration key a number", weird("spec.tolerations", [{"key": 7, "operator": "Exists"}]),
+         "spec.tolerations[0].key is a JSON number"),
     ]
 
 

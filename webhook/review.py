@@ -169,11 +169,12 @@ class _Struct(dict):  # type: ignore[type-arg]
 
 STR_MAP, QUANTITIES = _StrMap(), _Quantities()
 _REQUIREMENT = _Struct(key=str, operator=str, values=[str])
+_TOLERATION = _Struct(key=str, operator=str, value=str, effect=str)
 _CONTAINER = _Struct(name=str, command=[str], args=[str], restartPolicy=str,
                      resources=_Struct(requests=QUANTITIES, limits=QUANTITIES))
 _POD_SPEC = _Struct(
     containers=[_CONTAINER], initContainers=[_CONTAINER], nodeSelector=STR_MAP, nodeName=str, schedulerName=str,
-    affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    tolerations=[_TOLERATION], affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [_Struct(matchExpressions=[_REQUIREMENT], matchFields=[_REQUIREMENT])]}}},
 )
 _META = _Struct(name=str, generateName=str, namespace=str, labels=STR_MAP, annotations=STR_MAP)

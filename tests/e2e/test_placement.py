@@ -124,8 +124,8 @@ def test_model_pod_that_fits_nowhere_now_stays_pending_with_a_readable_reason(cl
     # enforce would give, each warning ≤ 256 runes (never cut by the apiserver) and split only between clauses,
     # so the pieces joined at "; " are the message whole, ending with its fix.
     warned = [line.removeprefix("Warning: ") for line in applied.stderr.splitlines() if line.startswith("Warning: ")]
-    assert warned and warned[0].startswith("llm/qwen-14b asks for cpu: 16, that is balloon vllm-balloon-tp1: 16 cores"), \
-        applied.stderr
+    first = "llm/qwen-14b asks for cpu: 16, that is balloon vllm-balloon-tp1: 16 cores"
+    assert warned and warned[0].startswith(first), applied.stderr
     assert all(len(w) <= 256 for w in warned), warned
     whole = "; ".join(warned)
     assert "eligible nodes has that free now (most free: " in whole and whole.endswith("or add capacity."), whole
