@@ -76,10 +76,15 @@ class ServerProcess:
         self.reader.join(5)
         return code
 
-    def stop(self, timeout: float = 20) -> int:
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, then its exit code within `timeout`: by default the manifests' terminationGracePeriodSeconds,
+        what the kubelet allows before SIGKILL."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.wait(timeout)
+        try:
+            return self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running {timeout:g} s after SIGTERM; last lines: {self.lines[-8:]}") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
