@@ -15,11 +15,12 @@ from typing import Any, NamedTuple
 
 from placement import fit as fitmod
 from placement.config import Settings
+from placement import nri as nrimod
 from placement.demand import (
     ModelDemand, initializing, is_model_pod, pod_shared_cpu_milli, pod_shared_memory, read_model_pod,
 )
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
-from placement.ledger import STAMPS, Holding, NodeLedger, NodeNRI
+from placement.ledger import PLACEMENT, STAMPS, Holding, NodeLedger, NodeNRI, Placed
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
     NUMA_ZONE, BalloonsPolicy, CPUSet, CPUSetError, Topology, node_topology, parse_balloons_policy,
@@ -66,6 +67,7 @@ class PodRecord(NamedTuple):
     shared_memory: int = 0  # bytes the containers without exclusive cores request
     priority: int = 0  # spec.priority, which the apiserver's Priority plugin sets before any webhook sees the pod
     eligibility: Eligibility | None = None  # a model pod not bound yet: the nodes it may get (`explain` asks)
+    placed: Placed | None = None  # where our /bind put it (the pod's PLACEMENT annotation, or our own decision)
 
     @property
     def active(self) -> bool:
@@ -179,6 +181,24 @@ def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: C
     )
 
 
+def _carried(old: PodRecord, new: PodRecord) -> PodRecord:
+    """`new`, a list's or watch's view of pod `old`, keeping what only we know: that we are binding it (the watch
+    has not shown the binding yet), and where we put it when its own annotation does not say."""
+    if old.assumed_at is not None and new.node is None:
+        new = new._replace(node=old.node, assumed_at=old.assumed_at)
+    if new.placed is None and old.placed is not None and old.node == new.node:
+        new = new._replace(placed=old.placed)
+    return new
+
+
+def _rank_memory(ledger: NodeLedger, demand: ModelDemand, span: int) -> int:
+    """Bytes a pod pins on each of its NUMA nodes (pinMemory): its memory request shared by its ranks."""
+    policy = ledger.nri.policy
+    if not (ledger.numa_memory and demand.memory_bytes and policy is not None and policy.pin_memory):
+        return 0
+    return -(-demand.memory_bytes // max(1, span))
+
+
 def _count(values: Iterable[int]) -> dict[int, int]:
     out: dict[int, int] = {}
     for v in values:
@@ -227,7 +247,7 @@ class ClusterState:
             self._ledgers = {k: v for k, v in self._ledgers.items() if k in self.nodes}
             self._mark_all_dirty()
         elif kind == "Pod":
-            keep_assumed = {u: r for u, r in self.pods.items() if r.assumed_at is not None}
+            previous = self.pods
             self.pods = {}
             self._pods_on = {}
             # Before indexing: the ledgers still hold the previous list's pods, so none may be updated in place
@@ -235,9 +255,9 @@ class ClusterState:
             self._mark_all_dirty()
             records = [r for r in (self._slim_pod(o) for o in objects) if r is not None]
             for rec in records:
-                old = keep_assumed.get(rec.uid)
-                if old is not None and rec.node is None:
-                    rec = rec._replace(node=old.node, assumed_at=old.assumed_at)
+                old = previous.get(rec.uid)
+                if old is not None:
+                    rec = _carried(old, rec)
                 self._index(rec)
         elif kind == "BalloonsPolicy":
             self.policies = {}
@@ -260,12 +280,11 @@ class ClusterState:
             uid = str(meta.get("uid", ""))
             old = self.pods.get(uid)
             rec = None if deleted else self._slim_pod(obj)
-            if rec is not None and old is not None and old.assumed_at is not None:
-                if rec.node is None:  # the watch has not caught up with our binding yet
-                    rec = rec._replace(node=old.node, assumed_at=old.assumed_at)
-                elif rec.node != old.node:
+            if rec is not None and old is not None:
+                if old.assumed_at is not None and rec.node is not None and rec.node != old.node:
                     log.warning("assumed pod bound elsewhere", extra={
                         "pod": f"{rec.namespace}/{rec.name}", "node": rec.node, "assumed_node": old.node})
+                rec = _carried(old, rec)
             if old is not None:
                 self._unindex(old)
             if rec is not None:
@@ -313,6 +332,10 @@ class ClusterState:
             return None
         spec = obj.get("spec") or {}
         model = read_model_pod(obj, self.settings) if is_model_pod(meta.get("labels"), self.settings) else None
+        placed = None
+        if model is not None:
+            text = (meta.get("annotations") or {}).get(PLACEMENT)
+            placed = None if text is None else Placed.parse(text)
         # Positional: this runs for every pod listed or watched, and keywords cost a third more.
         return PodRecord(
             str(uid), str(meta.get("namespace", "")), str(meta.get("name", "")), spec.get("nodeName") or None,
@@ -321,6 +344,7 @@ class ClusterState:
             else pod_shared_cpu_milli(spec, model.container if model is not None else None, initializing(obj)),
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
             pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
+            placed,
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------
@@ -368,26 +392,35 @@ class ClusterState:
             self._hold_observed(ledger, rec, demand, zone, observed)
             return
         result = self.fit(demand, ledger)
-        if result.ok:
-            ledger.hold(fitmod.holding_for(rec.uid, demand, result, rec.assumed_at))
-            return
         if result.footprint is None or result.check in (fitmod.BALLOON_TYPE_MISSING, fitmod.NRI_NOT_RUNNING):
             # No balloon can exist for it there: it really runs in the shared pool.
             ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon,
                               rec.shared_memory + demand.memory_bytes)
             return
-        # It runs here although it does not fit: account what it takes, as the allocator would.
+        placed = rec.placed
+        if placed is not None and placed.node == ledger.name and self._hold_placed(ledger, rec, demand, placed):
+            return
+        # Where it is cannot be known: not from a list (the plugin's placement depends on the order of creates and
+        # deletes), nor from the plugin (no zone of its container). Counted so that nothing admitted next can spread.
         fp = result.footprint
-        free = ledger.free()
-        order = sorted(range(len(free)), key=lambda i: (-free[i], i))
-        if fp.cores_per_numa:
-            want = tuple((i, fp.cores_per_numa) for i in order[: fp.numa_nodes])
-        else:
-            want = ((order[0], fp.cores),) if order else ()
-        log.warning("pod overcommits its node", extra={
-            "pod": demand.pod, "node": ledger.name, "reason": result.reason})
-        ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, fp.balloon_type, want, rec.assumed_at,
-                                  types=(fp.balloon_type,) if fp.balloon_type else ()))
+        if not result.ok:
+            log.warning("pod of unknown placement overcommits its node", extra={
+                "pod": demand.pod, "node": ledger.name, "reason": result.reason})
+        ledger.hold_unknown(fitmod.unknown_holding(rec.uid, demand, fp, ledger.topology.numa_count, rec.assumed_at,
+                                                   _rank_memory(ledger, demand, fp.numa_nodes)), fp.cores)
+
+    def _hold_placed(self, ledger: NodeLedger, rec: PodRecord, demand: ModelDemand, placed: Placed) -> bool:
+        """Hold the pod where its persisted placement says; False when that cannot be where it runs (a NUMA node
+        the node lacks, or, for a balloon, not one NUMA node per rank)."""
+        numa_count = ledger.topology.numa_count
+        if any(n >= numa_count for n, _ in placed.per_numa) or (
+                demand.policy == "nri-balloons" and len(placed.per_numa) != demand.numa_nodes):
+            return False
+        ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity,
+                                  demand.balloon_type if demand.policy == "nri-balloons" else None, placed.per_numa,
+                                  rec.assumed_at, types=placed.types,
+                                  memory=_rank_memory(ledger, demand, len(placed.per_numa))))
+        return True
 
     def _hold_observed(self, ledger: NodeLedger, rec: PodRecord, demand: ModelDemand, zone: str,
                        observed: Observed) -> None:
@@ -399,9 +432,7 @@ class ClusterState:
         if predicted.ok and {n for n, _ in predicted.per_numa} == {n for n, _ in per_numa}:
             types = predicted.types
         else:
-            policy = ledger.nri.policy
-            near = {t.close_numa: t.name for t in policy.balloon_types if t.close_numa is not None} if policy else {}
-            types = (demand.balloon_type, *(near[n] for n, _ in per_numa if n in near))
+            types = self._types_on(ledger, demand, {n for n, _ in per_numa})
         notes = []
         if predicted.ok and {n for n, _ in predicted.per_numa} != {n for n, _ in per_numa}:
             notes.append(f"predicted on NUMA {', '.join(str(n) for n, _ in predicted.per_numa)}")
@@ -409,9 +440,19 @@ class ClusterState:
             notes.append(f"spans {len(per_numa)} NUMA nodes for {demand.ranks}")
         if observed.shared_cores.get(zone):
             notes.append(f"shares {len(observed.shared_cores[zone])} cores with another balloon")
-        memory = -(-demand.memory_bytes // max(1, len(per_numa))) if ledger.numa_memory else 0
         ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, demand.balloon_type, per_numa, rec.assumed_at,
-                                  types=types, observed=True, note="; ".join(notes), memory=memory))
+                                  types=types, observed=True, note="; ".join(notes),
+                                  memory=_rank_memory(ledger, demand, len(per_numa))))
+
+    @staticmethod
+    def _types_on(ledger: NodeLedger, demand: ModelDemand, numa: set[int]) -> tuple[str, ...]:
+        """The balloon types a balloon of the demand's type on NUMA nodes `numa` instantiated (balance-balloons
+        counts them all: the composite, its blocks, its per-NUMA components)."""
+        policy = ledger.nri.policy
+        if policy is None or policy.balloon_type(demand.balloon_type) is None:
+            return (demand.balloon_type,)
+        step = nrimod.compile_type(policy, demand.balloon_type, demand.cpu_milli, ledger.threads_per_core)
+        return nrimod.types_on(policy, step, ledger.capacity, numa) or (demand.balloon_type,)
 
     # -- ledgers -----------------------------------------------------------------------------------
 
@@ -482,8 +523,8 @@ class ClusterState:
         if observed is not None:
             ledger.observed_shared = observed.outside_reserved
         records = [self.pods[u] for u in self._pods_on.get(name, ()) if u in self.pods]
-        # The balloons allocator placed them in creation order; replaying that order reproduces it.
-        for rec in sorted(records, key=lambda r: (r.created, r.namespace, r.name)):
+        # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
+        for rec in sorted(records, key=lambda r: (r.placed is None, r.created, r.namespace, r.name)):
             self._account(ledger, rec, observed)
         return ledger
 
@@ -558,12 +599,20 @@ class ClusterState:
         if not result.ok:
             return result
         self.generation += 1
+        placed = None if result.unknown else Placed(node, result.per_numa, result.types)
         rec = PodRecord(uid, namespace, name, node, "Pending", old.created if old else "", demand,
-                        old.shared_milli if old else None, assumed_at=now, priority=old.priority if old else 0)
+                        old.shared_milli if old else None, assumed_at=now, priority=old.priority if old else 0,
+                        placed=placed)
         if old is not None:
             self._unindex(old)
         self._index(rec)
         return result
+
+    def placement(self, uid: str) -> str | None:
+        """The PLACEMENT annotation for a pod we are binding: where we decided it goes; None when that cannot be
+        known (the node holds a pod of unknown placement)."""
+        rec = self.pods.get(uid)
+        return rec.placed.annotation() if rec is not None and rec.placed is not None else None
 
     def confirm(self, uid: str) -> bool:
         """Our own binding is known to have happened (a snapshot has no watch to show it)."""

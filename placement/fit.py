@@ -36,6 +36,12 @@ INSUFFICIENT_FREE_MEMORY = "insufficient-free-memory"
 INSUFFICIENT_FREE = nri.INSUFFICIENT_FREE
 NO_CPU = "no-cpu-request"
 REQUEST_OVER_SHARES = "request-over-cpu-shares"
+PLACEMENT_UNKNOWN = "placement-unknown"
+UNKNOWN_REASON = (
+    "a model pod already here has no recorded placement (bound by another scheduler or before model-placement was "
+    "installed, and the plugin's NodeResourceTopology lists no containers), so its NUMA nodes are counted as taken "
+    "on every NUMA node and the balloons plugin could pick NUMA nodes without room for this one; it fits once that "
+    "pod is re-created through this scheduler or the BalloonsPolicy sets showContainersInNrt: true")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,9 @@ class Fit(NamedTuple):
     footprint: Footprint | None = None
     types: tuple[str, ...] = ()  # nri-balloons: the balloon types it instantiates
     memory: int = 0  # nri-balloons with pinMemory: bytes on each of its NUMA nodes
+    # The node holds a pod of unknown placement: `per_numa` is a guess (it fits wherever the plugin puts it), so it
+    # will be held as unknown too.
+    unknown: bool = False
 
 
 def fmt_free(ledger: NodeLedger, free: tuple[int, ...]) -> str:
@@ -312,12 +321,19 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
         return _refuse(node, RANKS_SHARE_NUMA,
                        f"needs {demand.numa_nodes} distinct NUMA nodes; with what runs here the plugin would put "
                        f"its ranks on {span}", True, fp)
+    if ledger.unsettled:
+        # The instance counts balance-balloons reads are unknown: whichever balloon the plugin makes must fit.
+        for variant in nri.variants(empty.step):
+            other = nri.place(policy, variant, free)
+            if isinstance(other, nri.Refusal) or len(other.per_numa) != span:
+                return _refuse(node, PLACEMENT_UNKNOWN, UNKNOWN_REASON, True, fp)
     after = list(free)
     for i, cores in placed.per_numa:
         after[i] -= cores
     memory = empty.memory
     if not memory:
-        return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types)
+        return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types,
+                   unknown=ledger.unsettled > 0)
     memory_after = list(ledger.free_memory(exclude=own))
     for i, _ in placed.per_numa:
         if memory_after[i] < memory:
@@ -327,7 +343,7 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
                            f"{', '.join(str(i) for i, _ in placed.per_numa)}", True, fp)
         memory_after[i] -= memory
     return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy, memory_after), fp,
-               placed.types, memory)
+               placed.types, memory, ledger.unsettled > 0)
 
 
 def fmt_bytes(value: int) -> str:
@@ -354,7 +370,8 @@ def _fit_static(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, .
     after = list(free)
     for i, cores in chosen:
         after[i] -= cores
-    return Fit(node, True, FITS, "", True, tuple(sorted(chosen)), _score(ledger, after, strategy), fp)
+    return Fit(node, True, FITS, "", True, tuple(sorted(chosen)), _score(ledger, after, strategy), fp,
+               unknown=ledger.unsettled > 0)
 
 
 def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
@@ -364,10 +381,22 @@ def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, .
     return Fit(node, True, FITS, "", True, (), _score(ledger, list(free), strategy), fp)
 
 
-def holding_for(uid: str, demand: ModelDemand, result: Fit, assumed_at: float | None = None) -> Holding:
+def holding_for(uid: str, demand: ModelDemand, result: Fit, numa_count: int, assumed_at: float | None = None
+                ) -> Holding:
+    if result.unknown and result.footprint is not None:
+        return unknown_holding(uid, demand, result.footprint, numa_count, assumed_at, result.memory)
     return Holding(uid, demand.pod, demand.identity,
                    result.footprint.balloon_type if result.footprint else None,
                    result.per_numa, assumed_at, types=result.types, memory=result.memory)
+
+
+def unknown_holding(uid: str, demand: ModelDemand, fp: Footprint, numa_count: int, assumed_at: float | None = None,
+                    memory: int = 0) -> Holding:
+    """A pod whose NUMA nodes cannot be known, charged pessimistically: on every NUMA node, what one of its ranks
+    takes (a balloon rank), or all of it (kubelet-static, which may put it all on one)."""
+    per = fp.cores_per_numa or fp.cores
+    return Holding(uid, demand.pod, demand.identity, fp.balloon_type, tuple((n, per) for n in range(numa_count)),
+                   assumed_at, memory=memory, unknown=True)
 
 
 def place(ledger: NodeLedger, uid: str, demand: ModelDemand, threads_per_core: int, strategy: str,
@@ -380,5 +409,5 @@ def place(ledger: NodeLedger, uid: str, demand: ModelDemand, threads_per_core: i
     if result.footprint is not None and not result.footprint.exclusive:
         ledger.set_shared(uid, demand.cpu_milli, balloon)
     else:
-        ledger.hold(holding_for(uid, demand, result, assumed_at))
+        ledger.hold(holding_for(uid, demand, result, ledger.topology.numa_count, assumed_at))
     return result

@@ -20,8 +20,9 @@ core of its own and its sibling is left to others.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -172,6 +173,36 @@ def _pinned(name: str, steps: tuple[Step, ...]) -> Plan | None:
     known: list[Plan] = plans  # type: ignore[assignment]
     return Plan(_by_numa([part for plan in known for part in plan.per_numa]),
                 (name, *(t for plan in known for t in plan.types)), sum(plan.cpus for plan in known))
+
+
+@lru_cache(maxsize=4096)
+def variants(step: Step) -> tuple[Step, ...]:
+    """`step` once for each balloon the plugin may make of it, every balance-balloons choice taken in turn (which
+    one it makes depends on instance counts): each variant is a plain composite that `place` walks without
+    reading any count."""
+    if isinstance(step, _Fewest):
+        return tuple(_All(step.name, (v,), _pinned(step.name, (v,))) for sub in step.steps for v in variants(sub))
+    if isinstance(step, _All):
+        choices = [variants(sub) for sub in step.steps]
+        if all(len(c) == 1 and c[0] is sub for c, sub in zip(choices, step.steps)):
+            return (step,)
+        return tuple(_All(step.name, combo, _pinned(step.name, combo)) for combo in itertools.product(*choices))
+    return (step,)
+
+
+def types_on(policy: BalloonsPolicy, step: Step, capacity: tuple[int, ...], numa: Collection[int]) -> tuple[str, ...]:
+    """The balloon types the plugin instantiated for a balloon of `step` it put on NUMA nodes `numa`: those of the
+    variant it could have made there (most NUMA nodes in common, ties to the first listed, as balance-balloons
+    breaks them). What balance-balloons counts for the next pod, composite blocks included."""
+    best: tuple[str, ...] = ()
+    most = -1
+    for variant in variants(step):
+        plan = place(policy, variant, capacity)
+        if isinstance(plan, Plan):
+            common = sum(1 for n, _ in plan.per_numa if n in numa)
+            if common > most:
+                best, most = plan.types, common
+    return best
 
 
 def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
