@@ -88,7 +88,8 @@ from placement.balloons import node_balloons_policy, whole_core_reserved  # noqa
 from placement.cluster import ClusterState  # noqa: E402
 from placement.config import Settings  # noqa: E402
 from placement.demand import ModelDemand, read_model_pod  # noqa: E402
-from placement.ledger import NodeLedger  # noqa: E402
+from placement.fit import Fit  # noqa: E402
+from placement.ledger import PLACEMENT, NodeLedger, Placed  # noqa: E402
 from placement.mutation import balloon_request, mutate_pod  # noqa: E402
 from placement.preflight import preflight  # noqa: E402
 from placement.quantity import cpu_milli  # noqa: E402
@@ -766,7 +767,7 @@ class StockRun(Run):
         self.bound_to(uid, i, result.ok)
         if result.ok:
             self.counters.started += 1
-            self.start(uid, i)
+            self.start_where(uid, i, result)
         else:
             self.counters.node_failures += 1
             self.counters.failure_checks[result.check] = self.counters.failure_checks.get(result.check, 0) + 1
@@ -784,10 +785,21 @@ class StockRun(Run):
         super().node_freed(i)
         # kubelet retries CreateContainer with back-off: a failing pod starts once its balloon fits.
         for uid in list(self.failing_on.get(i, ())):
-            if self.cluster.fit(self.demand_of[uid], self.ledgers[i]).ok:
+            result = self.cluster.fit(self.demand_of[uid], self.ledgers[i])
+            if result.ok:
                 del self.failing_on[i][uid]
                 self.counters.recovered += 1
-                self.start(uid, i)
+                self.start_where(uid, i, result)
+
+    def start_where(self, uid: str, i: int, result: Fit) -> None:
+        """The pod runs where the simulated node (the ledger's prediction) puts it. kube-scheduler's own binding
+        records no placement: the node's truth reaches the ledger as a real node's exported balloon would."""
+        pod = self.pod_of[uid]
+        meta = {**pod["metadata"], "annotations": {**(pod["metadata"].get("annotations") or {}),
+                                                   PLACEMENT: Placed(self.names[i], result.per_numa,
+                                                                     result.types).annotation()}}
+        self.pod_of[uid] = {**pod, "metadata": meta}
+        self.start(uid, i)
 
 
 class ExtenderRun(Run):

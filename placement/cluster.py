@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -149,9 +149,33 @@ class Observed:
     shared_cores: Mapping[str, frozenset[int]]  # balloon -> its cores that another balloon also holds
     container_balloon: Mapping[str, str]  # "namespace/pod/container" -> balloon zone name
     outside_reserved: tuple[int, ...]  # per NUMA node: cores beyond the reserved cpuset the shared balloons hold
+    shared: frozenset[str]  # the balloons of shared types (reserved, default, routed by namespace)
+
+    def unclaimed(self) -> dict[str, tuple[tuple[int, int], ...]]:
+        """The model balloons no exported container zone names: those of pods whose containers the plugin does not
+        list (showContainersInNrt off), for pods of recorded or unknown placement to claim."""
+        named = set(self.container_balloon.values())
+        return {name: per_numa for name, per_numa in sorted(self.balloons.items())
+                if name not in named and not name.startswith(("reserved[", "default["))}
 
 
-def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: CPUSet) -> Observed | None:
+def _claim(zones: dict[str, tuple[tuple[int, int], ...]], balloon_type: str, numa: set[int] | None,
+           cores: int) -> str | None:
+    """Take from `zones` a balloon of `balloon_type` (the plugin names each `<type>[<instance>]`): on NUMA nodes
+    `numa` when given, else the first whose cores are `cores`, else the first of the type."""
+    mine = [name for name in zones if name.startswith(balloon_type + "[")]
+    if numa is not None:
+        mine = [name for name in mine if {n for n, _ in zones[name]} == numa]
+    name = next((n for n in mine if sum(c for _, c in zones[n]) == cores), mine[0] if mine else None)
+    if name is not None:
+        del zones[name]
+    return name
+
+
+def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: CPUSet,
+                      shared_types: Collection[str] = ("reserved", "default")) -> Observed | None:
+    """`shared_types`: the balloon types pods land in by namespace, whose growth beyond the reserved cpuset takes
+    model cores; a model type's balloons are held by the pods in them (or, unclaimed, counted after them)."""
     raw = (nrt or {}).get("balloons")
     if not raw:
         return None
@@ -167,10 +191,9 @@ def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: C
         for core in held:
             holders[core] = holders.get(core, 0) + 1
     reserved_cores = {core_of[c] for c in reserved if c in core_of}
-    with_containers = set(nrt["containers"].values())  # type: ignore[index]
     outside = [0] * topo.numa_count
     for name, held in cores.items():
-        if name.startswith(("reserved[", "default[")) or name not in with_containers:
+        if name.rsplit("[", 1)[0] in shared_types:
             for numa, _ in held - reserved_cores:
                 outside[numa] += 1
     return Observed(
@@ -178,6 +201,7 @@ def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: C
         {name: frozenset(c for _, c in held if holders[(_, c)] > 1) for name, held in cores.items()},
         dict(nrt["containers"]),  # type: ignore[index]
         tuple(outside),
+        frozenset(name for name in cores if name.rsplit("[", 1)[0] in shared_types),
     )
 
 
@@ -378,7 +402,8 @@ class ClusterState:
         policy = ledger.nri.policy
         return policy.route(namespace).name if policy is not None and ledger.nri.running else ""
 
-    def _account(self, ledger: NodeLedger, rec: PodRecord, observed: Observed | None = None) -> None:
+    def _account(self, ledger: NodeLedger, rec: PodRecord, observed: Observed | None = None,
+                 unclaimed: dict[str, tuple[tuple[int, int], ...]] | None = None) -> None:
         demand = rec.model
         balloon = self._balloon_of(ledger, rec.namespace)
         if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
@@ -397,12 +422,21 @@ class ClusterState:
             ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon,
                               rec.shared_memory + demand.memory_bytes)
             return
-        placed = rec.placed
-        if placed is not None and placed.node == ledger.name and self._hold_placed(ledger, rec, demand, placed):
-            return
-        # Where it is cannot be known: not from a list (the plugin's placement depends on the order of creates and
-        # deletes), nor from the plugin (no zone of its container). Counted so that nothing admitted next can spread.
         fp = result.footprint
+        placed = rec.placed
+        if placed is not None and placed.node == ledger.name and placed.cores == fp.cores \
+                and self._hold_placed(ledger, rec, demand, placed):
+            if unclaimed:
+                _claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, placed.cores)
+            return
+        # Not from a list (the plugin's placement depends on the order of creates and deletes): from a balloon of
+        # its type that no pod of known placement holds, when the plugin exports its balloons.
+        zone = _claim(unclaimed, demand.balloon_type, None, fp.cores) if unclaimed and demand.policy == "nri-balloons" \
+            else None
+        if zone is not None and observed is not None:
+            self._hold_observed(ledger, rec, demand, zone, observed, matched=True)
+            return
+        # Where it is cannot be known: counted so that nothing admitted next can spread.
         if not result.ok:
             log.warning("pod of unknown placement overcommits its node", extra={
                 "pod": demand.pod, "node": ledger.name, "reason": result.reason})
@@ -411,7 +445,8 @@ class ClusterState:
 
     def _hold_placed(self, ledger: NodeLedger, rec: PodRecord, demand: ModelDemand, placed: Placed) -> bool:
         """Hold the pod where its persisted placement says; False when that cannot be where it runs (a NUMA node
-        the node lacks, or, for a balloon, not one NUMA node per rank)."""
+        the node lacks, or, for a balloon, not one NUMA node per rank). The caller has checked that it holds the
+        cores the pod asks for now (a resized pod's record is stale)."""
         numa_count = ledger.topology.numa_count
         if any(n >= numa_count for n, _ in placed.per_numa) or (
                 demand.policy == "nri-balloons" and len(placed.per_numa) != demand.numa_nodes):
@@ -423,7 +458,7 @@ class ClusterState:
         return True
 
     def _hold_observed(self, ledger: NodeLedger, rec: PodRecord, demand: ModelDemand, zone: str,
-                       observed: Observed) -> None:
+                       observed: Observed, matched: bool = False) -> None:
         """Observed beats predicted: the cores the plugin reports for the pod's balloon, whatever we foresaw.
         The balloon types it instantiates (for balance-balloons' counts) are the predicted ones when the plugin
         put it where we foresaw; else its type and the per-NUMA types of the NUMA nodes it really holds."""
@@ -433,8 +468,9 @@ class ClusterState:
             types = predicted.types
         else:
             types = self._types_on(ledger, demand, {n for n, _ in per_numa})
+        # `matched`: its balloon is known by type only (no container zone); a prediction says nothing about it.
         notes = []
-        if predicted.ok and {n for n, _ in predicted.per_numa} != {n for n, _ in per_numa}:
+        if not matched and predicted.ok and {n for n, _ in predicted.per_numa} != {n for n, _ in per_numa}:
             notes.append(f"predicted on NUMA {', '.join(str(n) for n, _ in predicted.per_numa)}")
         if len(per_numa) > demand.numa_nodes:
             notes.append(f"spans {len(per_numa)} NUMA nodes for {demand.ranks}")
@@ -519,13 +555,23 @@ class ClusterState:
         nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
         ledger = NodeLedger(name, topo, reserved, source, node.labels, nri,
                             numa_memory=numa_memory(node, self.nrts.get(name), topo.numa_count))
-        observed = observed_balloons(self.nrts.get(name), topo, reserved) if nri.running else None
+        shared = {"reserved", "default", *(t.name for t in policy.balloon_types if t.namespaces)} if policy else ()
+        observed = observed_balloons(self.nrts.get(name), topo, reserved, shared) if nri.running else None
         if observed is not None:
             ledger.observed_shared = observed.outside_reserved
         records = [self.pods[u] for u in self._pods_on.get(name, ()) if u in self.pods]
         # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
+        unclaimed = observed.unclaimed() if observed is not None else None
         for rec in sorted(records, key=lambda r: (r.placed is None, r.created, r.namespace, r.name)):
-            self._account(ledger, rec, observed)
+            self._account(ledger, rec, observed, unclaimed)
+        if observed is not None and unclaimed:
+            # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
+            # still hold their cores.
+            extra = list(observed.outside_reserved)
+            for per_numa in unclaimed.values():
+                for numa, cores in per_numa:
+                    extra[numa] += cores
+            ledger.observe_shared(tuple(extra))
         return ledger
 
     def ledger(self, name: str) -> NodeLedger | None:

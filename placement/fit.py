@@ -37,11 +37,12 @@ INSUFFICIENT_FREE = nri.INSUFFICIENT_FREE
 NO_CPU = "no-cpu-request"
 REQUEST_OVER_SHARES = "request-over-cpu-shares"
 PLACEMENT_UNKNOWN = "placement-unknown"
-UNKNOWN_REASON = (
-    "a model pod already here has no recorded placement (bound by another scheduler or before model-placement was "
-    "installed, and the plugin's NodeResourceTopology lists no containers), so its NUMA nodes are counted as taken "
-    "on every NUMA node and the balloons plugin could pick NUMA nodes without room for this one; it fits once that "
-    "pod is re-created through this scheduler or the BalloonsPolicy sets showContainersInNrt: true")
+# Model pods with no recorded placement (bound by another scheduler, or before the install) and no container zone
+# in the plugin's NodeResourceTopology: held on every NUMA node they could be on.
+_UNKNOWN = "model pods here with no recorded placement count on every NUMA node they could use"
+UNKNOWN_REASON = (f"the balloons plugin may pick NUMA nodes without room for it ({_UNKNOWN}: bound by another scheduler "
+                  "or before model-placement was installed); re-create them through this scheduler, or set "
+                  "showContainersInNrt: true in the BalloonsPolicy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,13 @@ def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy
     A refusal no eviction can change (`resolvable=False`) is decided before what the node holds is
     read: by the demand and the node's shape and policy alone. The extender shares such refusals between
     nodes of one shape. No reason names the node or the pod."""
+    result = _fit(demand, ledger, threads_per_core, strategy, own_free)
+    if ledger.unsettled and not result.ok and result.resolvable and result.check != PLACEMENT_UNKNOWN:
+        return result._replace(reason=f"{result.reason} ({_UNKNOWN})")
+    return result
+
+
+def _fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy: str, own_free: bool) -> Fit:
     node = ledger.name
     numa_count = len(ledger.capacity)
     span = demand.numa_nodes

@@ -65,6 +65,10 @@ class Placed(NamedTuple):
     per_numa: tuple[tuple[int, int], ...]  # (NUMA node id, cores)
     types: tuple[str, ...]  # every balloon type instantiated: what balance-balloons counts
 
+    @property
+    def cores(self) -> int:
+        return sum(c for _, c in self.per_numa)
+
     def annotation(self) -> str:
         return orjson.dumps({"node": self.node, "numa": {str(n): c for n, c in self.per_numa},
                              "types": list(self.types)}).decode()
@@ -216,6 +220,12 @@ class NodeLedger:
         # Each balloon takes cores of its own.
         return sum(math.ceil(shared_balloon_cpus(policy.route_type(name), milli, len(self.reserved))
                              / self.threads_per_core) for name, milli in self._shared_by_type.items())
+
+    def observe_shared(self, cores: tuple[int, ...]) -> None:
+        """Cores per NUMA node that balloons hold beyond the reserved cpuset and every holding here."""
+        self.observed_shared = cores
+        self._free = None
+        STAMPS.take(self.name)
 
     def free(self, exclude: ModelIdentity | None = None) -> tuple[int, ...]:
         """Free model cores per NUMA node; capacity held by `exclude`'s own pods counts as free."""

@@ -546,6 +546,7 @@ async def test_a_thousand_nodes_of_three_shapes_refuse_in_a_few_sentences_that_n
     """kube-scheduler counts identical reasons into "0/1000 nodes are available: 640 <reason>, …": with a reason
     per node its summary would be ~90 KB of sentences, and the event (cut at 1,024 characters) five nodes."""
     from tests.support.fakeapi import balloons_policy_obj, node_obj
+    from tests.support.placed import bound_by_us
 
     shapes = [(2, 128), (2, 512), (4, 192)]  # (NUMA nodes, CPUs): 32, 128 and 24 cores per NUMA node (SMT 2)
     objects: list[Obj] = [balloons_policy_obj()]
@@ -559,7 +560,7 @@ async def test_a_thousand_nodes_of_three_shapes_refuse_in_a_few_sentences_that_n
                 pod["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{k:02d}Z"
                 pod["status"] = {"phase": "Running"}
                 objects.append(pod)
-    ext = await make_ext(objects)
+    ext = await make_ext(bound_by_us(objects))
     names = [f"worker-{i:04d}" for i in range(1000)]
     answer = await ext.filter(model_pod("big-model", cpus=100), names)  # 50 cores on one NUMA node
     assert answer["NodeNames"] == [] and answer["Error"] == ""
