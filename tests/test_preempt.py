@@ -238,3 +238,13 @@ async def test_own_path_stands_aside_for_a_nominated_pod_and_one_that_fits_by_th
         connected.cluster.apply("Pod", "DELETED", running(name, 8, 0, 0))
     await asyncio.sleep(1.3)
     assert fake.evictions == []
+
+
+async def test_own_path_evicts_nothing_while_a_pod_it_would_weigh_is_already_gone(
+        connected: Ext, fake: FakeApiServer, caplog: pytest.LogCaptureFixture) -> None:
+    # The apiserver has deleted low-b; the extender's watch has not shown it yet. Reading it is a 404: its cores
+    # are coming free, so nothing is evicted this cycle, and that is no error.
+    fake.delete("Pod", "low-b", "llm-inference")
+    assert await own_path(connected, preemptor(), fake, caplog) == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert [r for r in caplog.records if r.getMessage() == "no preemption"]
