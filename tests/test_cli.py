@@ -119,3 +119,25 @@ def test_render_text_fits_120_columns() -> None:
     head = out.stdout.split("mutated object:")[0].splitlines()
     assert max(map(len, head)) <= 120 and any(line.startswith("   x  cpu-icx ") for line in head)
     assert "1 replica," in out.stdout and "1 replicas" not in out.stdout
+
+
+def test_report_counts_a_pod_of_unknown_placement_on_every_numa_node_it_could_use(tmp_path: Path) -> None:
+    """The demo fleet as a cluster where model-placement was installed after the pods were bound: no pod carries
+    the placement /bind records, and no NodeResourceTopology exports balloons, so none can be known."""
+    from placement.ledger import PLACEMENT
+    from server.cli import demo_text
+
+    fleet = yaml.safe_load(demo_text())
+    for obj in fleet["items"]:
+        if obj["kind"] == "Pod":
+            obj["metadata"].get("annotations", {}).pop(PLACEMENT, None)
+    path = tmp_path / "installed-late.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    nodes = {n["node"]: n for n in json.loads(run("report", "--cluster", str(path), "-o", "json").stdout)}
+    # mistral-7b (TP=2, 16 cores a rank) could be on any two of cpu-snc4's four NUMA nodes: 16 counted on each.
+    assert [n["free"] for n in nodes["cpu-snc4"]["numa"]] == [6, 6, 6, 6]
+    held = [h for n in nodes["cpu-snc4"]["numa"] for h in n["held"]]
+    assert held and all(h.get("placement") == "unknown" for h in held)
+    table = run("report", "--cluster", str(path)).stdout
+    flat = " ".join(table.split())  # the pods column wraps after commas
+    assert flat.count("mistral-7b-predictor-58d4c-fghij (vllm-balloon-tp2, 16, placement unknown)") == 4, table
