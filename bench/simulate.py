@@ -88,10 +88,11 @@ from placement.balloons import node_balloons_policy, whole_core_reserved  # noqa
 from placement.cluster import ClusterState  # noqa: E402
 from placement.config import Settings  # noqa: E402
 from placement.demand import ModelDemand, read_model_pod  # noqa: E402
-from placement.ledger import NodeLedger  # noqa: E402
+from placement.fit import Fit  # noqa: E402
+from placement.ledger import PLACEMENT, NodeLedger, Placed  # noqa: E402
 from placement.mutation import balloon_request, mutate_pod  # noqa: E402
 from placement.preflight import preflight  # noqa: E402
-from placement.quantity import cpu_milli, memory_bytes  # noqa: E402
+from placement.quantity import cpu_milli  # noqa: E402
 from placement.topology import GROUP_LABEL, Topology, linux_layout  # noqa: E402
 
 AMX_LABEL = "feature.node.kubernetes.io/cpu-security.amx.enabled"
@@ -766,7 +767,7 @@ class StockRun(Run):
         self.bound_to(uid, i, result.ok)
         if result.ok:
             self.counters.started += 1
-            self.start(uid, i)
+            self.start_where(uid, i, result)
         else:
             self.counters.node_failures += 1
             self.counters.failure_checks[result.check] = self.counters.failure_checks.get(result.check, 0) + 1
@@ -784,10 +785,21 @@ class StockRun(Run):
         super().node_freed(i)
         # kubelet retries CreateContainer with back-off: a failing pod starts once its balloon fits.
         for uid in list(self.failing_on.get(i, ())):
-            if self.cluster.fit(self.demand_of[uid], self.ledgers[i]).ok:
+            result = self.cluster.fit(self.demand_of[uid], self.ledgers[i])
+            if result.ok:
                 del self.failing_on[i][uid]
                 self.counters.recovered += 1
-                self.start(uid, i)
+                self.start_where(uid, i, result)
+
+    def start_where(self, uid: str, i: int, result: Fit) -> None:
+        """The pod runs where the simulated node (the ledger's prediction) puts it. kube-scheduler's own binding
+        records no placement: the node's truth reaches the ledger as a real node's exported balloon would."""
+        pod = self.pod_of[uid]
+        meta = {**pod["metadata"], "annotations": {**(pod["metadata"].get("annotations") or {}),
+                                                   PLACEMENT: Placed(self.names[i], result.per_numa,
+                                                                     result.types).annotation()}}
+        self.pod_of[uid] = {**pod, "metadata": meta}
+        self.start(uid, i)
 
 
 class ExtenderRun(Run):
@@ -961,23 +973,6 @@ class Replay:
     seconds: float = 0.0
 
 
-def peer_pod(pod: Mapping[str, Any]) -> tuple[Any, list[Any]]:
-    """The pod as the kubelet hands it to the runtime: annotations, labels, each container's CPU request and
-    limit and memory limit. Every pod here sets requests = limits: Guaranteed."""
-    from tests.oracle.peer import Container, Pod
-
-    meta = pod["metadata"]
-    containers = []
-    for c in pod["spec"]["containers"]:
-        resources = c.get("resources") or {}
-        limits = resources.get("limits") or {}
-        containers.append(Container(c["name"], cpu=(resources.get("requests") or {}).get("cpu"),
-                                    cpu_limit=limits.get("cpu"),
-                                    memory_limit=memory_bytes(limits["memory"]) if "memory" in limits else 0))
-    return Pod(meta["name"], meta["namespace"], "Guaranteed", dict(meta.get("annotations") or {}),
-               dict(meta.get("labels") or {})), containers
-
-
 def replay(run: Run, fleet: Sequence[NodeSpec], policies: Mapping[str, Mapping[str, Any]], sample: int,
            seed: int) -> Replay:
     """Replay `sample` nodes (seeded, the same nodes for both runs) through the real plugin: its daemon pods,
@@ -1001,9 +996,10 @@ def replay(run: Run, fleet: Sequence[NodeSpec], policies: Mapping[str, Mapping[s
 
 
 def _replay_node(run: Run, i: int, spec: NodeSpec, shape: Any, node: Any, out: Replay) -> None:
+    from tests.oracle.kubelet import peer_pod, run_pod
+
     for daemon in daemon_pods(spec):
-        pod, containers = peer_pod(daemon)
-        out.daemon_failed += sum(not node.create(pod, c).ok for c in containers)
+        out.daemon_failed += sum(not got.ok for got in run_pod(node, peer_pod(daemon)).values())
     uid_of: dict[str, str] = {}  # "ns/pod/container" -> uid, the model containers
     failing: dict[str, None] = {}
     spanned: set[str] = set()
@@ -1011,7 +1007,8 @@ def _replay_node(run: Run, i: int, spec: NodeSpec, shape: Any, node: Any, out: R
     unpinned: set[str] = set()
 
     def create(uid: str) -> bool:
-        pod, [container] = peer_pod(run.pod_of[uid])
+        started = peer_pod(run.pod_of[uid])
+        pod, [container] = started.pod, started.containers
         uid_of[f"{pod.namespace}/{pod.name}/{container.name}"] = uid
         return node.create(pod, container).ok
 
@@ -1037,7 +1034,7 @@ def _replay_node(run: Run, i: int, spec: NodeSpec, shape: Any, node: Any, out: R
                 out.failed += 1
                 failing[uid] = None
         else:
-            node.remove_pod(peer_pod(run.pod_of[uid])[0])
+            node.remove_pod(peer_pod(run.pod_of[uid]).pod)
             failing.pop(uid, None)
             for waiting in list(failing):
                 if create(waiting):

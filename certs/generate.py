@@ -280,11 +280,13 @@ def run_certs_command(
     ca_key: str | None = None,
     write_ca_key: bool = False,
     ca_days: int = CA_DAYS,
+    extra_sans: Iterable[str] = (),
 ) -> int:
     """``model-placement certs``: write the bundle, print a summary and the ``caBundle`` line; exit status."""
     try:
         ca = load_ca(ca_cert, ca_key) if ca_cert and ca_key else None
-        bundle = write_bundle(service, namespace, out_dir, days, ca=ca, write_ca_key=write_ca_key, ca_days=ca_days)
+        bundle = write_bundle(service, namespace, out_dir, days, extra_sans, ca=ca, write_ca_key=write_ca_key,
+                              ca_days=ca_days)
     except ValueError as exc:
         print(f"model-placement: {exc}", file=sys.stderr)
         return 2
@@ -297,7 +299,7 @@ def run_certs_command(
     print(f"issued by: {ca_text}" + ("" if ca_cert or write_ca_key else
                                      " (its key was not kept: renew with --write-ca-key next time, "
                                      "or the caBundle changes)"))
-    print(f"valid for: {', '.join(service_dns_names(service, namespace))}")
+    print(f"valid for: {', '.join(dict.fromkeys([*service_dns_names(service, namespace), *extra_sans]))}")
     print(f"expires: {bundle.not_after.isoformat()}")
     print(f"caBundle: {bundle.ca_bundle_b64}")
     return 0

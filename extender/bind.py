@@ -24,7 +24,9 @@ import orjson
 from extender.filter import Judge, PodRef
 from extender.holds import Holds
 from extender.wire import BindArgs
+from placement.cluster import ClusterState
 from placement.demand import is_model_pod, pod_display_name, read_model_pod
+from placement.ledger import PLACEMENT
 from server.app import Runtime
 
 CONNECT_TIMEOUT = 1.0  # the apiserver is a connection away; the rest of the budget is for its answer
@@ -114,6 +116,16 @@ async def _pod(runtime: Runtime, judge: Judge, args: BindArgs, deadline: float) 
     return ref
 
 
+def _placement(cluster: ClusterState, uid: str, ref: PodRef) -> dict[str, str] | None:
+    """The annotation that persists where the pod's balloon was decided to go, for whoever rebuilds a ledger from
+    a pod list (a relist, a restart, a standby extender, `--cluster`): the plugin's placement depends on the
+    order of creates and deletes, which a list does not carry."""
+    if ref.demand is None:
+        return None
+    text = cluster.placement(uid)
+    return {PLACEMENT: text} if text is not None else None
+
+
 async def bind(runtime: Runtime, judge: Judge, holds: Holds, args: BindArgs, deadline: float) -> Bound:
     """`deadline` (time.monotonic) is when kube-scheduler's budget for this call, less a margin, runs out."""
     cluster = runtime.cluster
@@ -149,7 +161,8 @@ async def bind(runtime: Runtime, judge: Judge, holds: Holds, args: BindArgs, dea
     from server.kubeapi import bind_pod
 
     try:
-        await loop_call(bind_pod, deadline, runtime.api, args.namespace, args.pod_name, args.uid, args.node)
+        await loop_call(bind_pod, deadline, runtime.api, args.namespace, args.pod_name, args.uid, args.node,
+                        _placement(cluster, args.uid, ref))
     except OutOfTime:
         # The apiserver may yet bind it: the cores stay assumed until the watch shows the pod, or they expire.
         return Bound(_late(args, runtime, "the binding"), "timeout")

@@ -17,8 +17,8 @@ demand (replicas of one model ask the same):
 A refusal names neither the node nor the pod: kube-scheduler counts identical reasons into its summary
 ("0/1000 nodes are available: 640 <reason>, 350 <reason>"), and the event it writes is cut at 1,024
 characters. So each reason is the class's sentence, completed once per call with the class's own number
-(the most free cores any node of that class has); the per-node numbers go to the log line and to
-GET /debug/nodes/NAME.
+(the most free cores any node of that class has), the fix, and the `model-placement explain NS/POD` that
+shows the per-node numbers (also in the log line and GET /debug/nodes/NAME).
 """
 
 from __future__ import annotations
@@ -30,14 +30,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+import orjson
+
 from placement import fit as fitmod
 from placement.cluster import ClusterState
 from placement.demand import ModelDemand, is_model_pod, pod_display_name, read_model_pod
+from placement.eligibility import REQUIRED, Eligibility, Miss
 from placement.ledger import STAMPS, NodeLedger
 from server.app import BadRequest
 
 MAX_PODS = 4096  # pods kept by uid: /bind needs the demand seen at /filter
 MAX_DEMANDS = 64  # distinct demands whose verdicts are kept (each: up to one per node)
+MAX_WHERES = 64  # distinct node constraints (selector, affinity, tolerations) whose node answers are kept
 MAX_MEMO_CLASSES = 50_000  # a demand asked for hours in a changing cluster starts over past this
 MAX_SHAPES = 100_000  # distinct node shapes before the shape table starts over
 MIN_SCORE, MAX_SCORE = 0, 10  # extender/v1 MinExtenderPriority, MaxExtenderPriority
@@ -54,6 +58,8 @@ class PodRef:
     resource_version: str
     demand: ModelDemand | None  # None: not a model pod
     key: ModelDemand | None = None  # the demand as `fit` sees it, without the pod's own names
+    eligibility: Eligibility | None = None  # which nodes kube-scheduler offers it (model pods)
+    where: bytes = b""  # the spec fields `eligibility` reads, as a key replicas share
 
     @property
     def unreadable(self) -> str | None:
@@ -99,7 +105,7 @@ def explain(demand: ModelDemand, fit: fitmod.Fit) -> str:
 
 
 UNKNOWN_NODE = "not known to the extender (not in its cache yet, or deleted)"
-_THERE = re.compile(r"NUMA node (\d+)")  # a reason about one NUMA node of every node ("carved from NUMA node 0")
+_THERE = re.compile(r"NUMA node (\d+)")  # a reason about one NUMA node of every node ("a rank on NUMA node 0")
 
 
 class Judge:
@@ -116,6 +122,8 @@ class Judge:
         # shape -> (id, the policy: holding it keeps its id() from being reused while the shape is known)
         self._shapes: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.fits_asked = 0  # fits computed (verdict cache misses), for the log line
+        # where -> (the cluster's node generation, node name -> why it is not offered, None when it is)
+        self._wheres: OrderedDict[bytes, tuple[int, dict[str, Miss | None]]] = OrderedDict()
 
     # -- pods ------------------------------------------------------------------------------------------
 
@@ -144,6 +152,16 @@ class Judge:
                 raise BadRequest(f"ExtenderArgs.Pod is not a readable v1.Pod: {exc}") from None
         namespace = str(meta.get("namespace") or "default")
         ref = self.ref(uid, namespace, str(meta.get("name") or ""), pod_display_name(pod), rv, demand)
+        if demand is not None:
+            spec = pod.get("spec")
+            spec = spec if isinstance(spec, dict) else {}
+            try:
+                where = orjson.dumps([spec.get("nodeSelector"), spec.get("nodeName"), spec.get("tolerations"),
+                                      ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(REQUIRED)],
+                                     option=orjson.OPT_SORT_KEYS)
+            except (AttributeError, orjson.JSONEncodeError) as exc:
+                raise BadRequest(f"ExtenderArgs.Pod.spec is not a readable v1.PodSpec: {exc}") from None
+            ref = replace(ref, eligibility=self.cluster.eligibility(spec), where=where)
         if uid:
             self.remember(ref)
         return ref
@@ -165,6 +183,32 @@ class Judge:
         return self._pods.get(uid)
 
     # -- verdicts --------------------------------------------------------------------------------------
+
+    def misses(self, ref: PodRef, names: list[str]) -> dict[str, Miss]:
+        """The candidates kube-scheduler would not have offered the pod, and why: one lookup per candidate while
+        no Node changed (replicas share the answers)."""
+        eligibility = ref.eligibility
+        if eligibility is None:  # a pod not read from ExtenderArgs (`/bind` of a pod filtered before a restart)
+            return {}
+        generation = self.cluster.node_generation
+        entry = self._wheres.get(ref.where)
+        if entry is None or entry[0] != generation:
+            entry = self._wheres[ref.where] = (generation, {})
+            while len(self._wheres) > MAX_WHERES:
+                self._wheres.popitem(last=False)
+        else:
+            self._wheres.move_to_end(ref.where)
+        told, nodes = entry[1], self.cluster.nodes
+        out = {}
+        for name in names:
+            if name in told:
+                miss = told[name]
+            else:
+                node = nodes.get(name)
+                miss = told[name] = eligibility.miss(node) if node is not None else None
+            if miss is not None:
+                out[name] = miss
+        return out
 
     def _memo(self, key: ModelDemand) -> _Memo:
         memo = self._memos.get(key)
@@ -290,19 +334,24 @@ class Filtered:
     failed: dict[str, str]  # FailedNodes: evicting pods could help
     unresolvable: dict[str, str]  # FailedAndUnresolvableNodes: nothing the scheduler can do helps
     decision: str
+    ineligible: dict[str, Miss] = field(default_factory=dict)  # of `unresolvable`: not offered by kube-scheduler
 
 
-def _most_free(message: str, policy: str, frees: list[tuple[int, ...]]) -> str:
+def most_free(message: str, policy: str, frees: list[tuple[int, ...]]) -> str:
     """The class's own number: the most free cores any of its nodes has, where the reason looks (one NUMA
     node it names, any one NUMA node, or the node in all for kubelet-static)."""
+    def say(most: int, where: str) -> str:
+        if where == "cores in all":
+            return f"the most any such node has free is {most} cores in all"
+        return f"the most any such node has free {where} is {most}"
+
     there = _THERE.search(message)
     if there is not None:
         k = int(there.group(1))
-        most = max((f[k] for f in frees if k < len(f)), default=0)
-        return f"the most any such node has free there is {most}"
+        return say(max((f[k] for f in frees if k < len(f)), default=0), "there")
     if policy == "kubelet-static":
-        return f"the most any such node has free is {max(sum(f) for f in frees)} cores in all"
-    return f"the most any such node has free on one NUMA node is {max(max(f, default=0) for f in frees)}"
+        return say(max(sum(f) for f in frees), "cores in all")
+    return say(max(max(f, default=0) for f in frees), "on one NUMA node")
 
 
 def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
@@ -313,10 +362,14 @@ def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
         # Unschedulable with this message on every node (the user sees it in the pod's events, and
         # no preemption is tried), rather than an Error that fails every attempt with backoff.
         return Filtered([], {}, dict.fromkeys(names, why), "unreadable-pod")
+    # kube-scheduler's own filters sent only nodes it offers; the same rule here keeps every path to one answer.
+    ineligible = judge.misses(ref, names)
+    if ineligible:
+        names = [name for name in names if name not in ineligible]
     verdicts = judge.verdicts(ref, names)
     passed = [name for name, verdict in zip(names, verdicts) if verdict is not None and verdict.ok]
     failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
+    unresolvable: dict[str, str] = {name: miss.reason for name, miss in ineligible.items()}
     resolvable: dict[str, list[str]] = {}  # message -> the nodes refused with it that eviction could help
     if len(passed) < len(names):
         for name, verdict in zip(names, verdicts):
@@ -329,9 +382,12 @@ def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
             else:
                 unresolvable[name] = verdict.message
     ledger_of = judge.cluster.ledger
+    # The same for every node of this call, so kube-scheduler still counts one reason per class; it names the
+    # pod so that its FailedScheduling event says where the per-node numbers are.
+    fix = f"; wait for free cores or lower cpu; `model-placement explain {ref.display}` lists every node"
     for message, nodes in resolvable.items():
         frees = [ledger.free() for ledger in map(ledger_of, nodes) if ledger is not None]
-        text = f"{message}; {_most_free(message, ref.demand.policy, frees)}"
+        text = f"{message}; {most_free(message, ref.demand.policy, frees)}{fix}"
         for name in nodes:
             failed[name] = text
-    return Filtered(passed, failed, unresolvable, "fits" if passed else "fits-nowhere")
+    return Filtered(passed, failed, unresolvable, "fits" if passed else "fits-nowhere", ineligible)

@@ -126,18 +126,25 @@ class Preemption:
         listed = await self._get("/apis/policy/v1/poddisruptionbudgets", deadline)
         return [read_pdb(o) for o in listed.get("items") or ()]
 
-    async def _victim_pod(self, uid: str, sent: Mapping[str, Mapping[str, Any]], deadline: float) -> Mapping[str, Any]:
-        """The victim's v1.Pod: as kube-scheduler sent it, else from the API; with the cluster state's name."""
+    async def _victim_pod(self, uid: str, sent: Mapping[str, Mapping[str, Any]], deadline: float
+                          ) -> Mapping[str, Any] | None:
+        """The victim's v1.Pod: as kube-scheduler sent it, else from the API; with the cluster state's name. None
+        when the API says it is gone (deleted, or re-created under its name) and the watch has not caught up."""
         if uid in sent:
             return sent[uid]
         rec = self.cluster.pods.get(uid)
         if rec is None or self.runtime.api_client is None:
             ns, name = (rec.namespace, rec.name) if rec is not None else ("", uid)
             return {"metadata": {"uid": uid, "namespace": ns, "name": name}}
-        from server.kubeapi import pod_path
+        from server.kubeapi import KubeApiError, pod_path
 
-        pod = await self._get(pod_path(rec.namespace, rec.name), deadline)
-        return pod if (pod.get("metadata") or {}).get("uid") == uid else {"metadata": {"uid": uid}}
+        try:
+            pod = await self._get(pod_path(rec.namespace, rec.name), deadline)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return pod if (pod.get("metadata") or {}).get("uid") == uid else None
 
     # -- /preempt -------------------------------------------------------------------------------------
 
@@ -162,8 +169,10 @@ class Preemption:
             for uid in uids:
                 rec = self.cluster.pods.get(uid)
                 # Labels matter only where a PDB could cover the pod; the rest need no API call.
-                if uid in sent or (rec is not None and rec.namespace in namespaces):
-                    pods.append(candidate(await self._victim_pod(uid, sent, deadline), pdbs))
+                obj = await self._victim_pod(uid, sent, deadline) \
+                    if uid in sent or (rec is not None and rec.namespace in namespaces) else None
+                if obj is not None:
+                    pods.append(candidate(obj, pdbs))
                 else:
                     pods.append(Candidate(uid, f"{rec.namespace}/{rec.name}" if rec else uid))
             outcome = choose(self.cluster, ref.demand, ledger, pods, allowed)
@@ -206,8 +215,8 @@ class Preemption:
             pods = []
             for uid in [u for u, h in ledger.holdings.items() if not h.assumed]:
                 obj = await self._victim_pod(uid, {}, deadline())
-                if (obj.get("metadata") or {}).get("deletionTimestamp"):
-                    break  # a pod is leaving already: the next cycle may fit without evicting
+                if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+                    break  # a pod is leaving (or gone) already: the next cycle may fit without evicting
                 found = candidate(obj, pdbs)
                 if found.priority < priority:
                     pods.append(found)

@@ -89,7 +89,8 @@ def choose(cluster: ClusterState, demand: ModelDemand, ledger: NodeLedger, candi
            allowed: Mapping[str, int], max_checks: int = MAX_CHECKS) -> Outcome:
     """The fewest of `candidates` (only those holding cores on `ledger` count) whose eviction lets `demand`
     fit there, all on the NUMA nodes it then gets; `allowed` is each PDB's disruptions allowed now."""
-    holders = [c for c in candidates if c.uid in ledger.holdings]
+    # A pod of unknown placement is no victim: which NUMA nodes its eviction frees cannot be known.
+    holders = [c for c in candidates if (held := ledger.holdings.get(c.uid)) is not None and not held.unknown]
     # Lowest priority first, then the most cores freed: the first good set of a size is usually the best.
     holders.sort(key=lambda c: (c.priority, -ledger.holdings[c.uid].cores, c.pod))
     checks = 0

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from placement import fit as fitmod
-from placement.affinity import node_selector
 from placement.config import Settings
-from placement.demand import ModelDemand, is_model_pod, pod_shared_cpu_milli, pod_shared_memory, read_model_pod
-from placement.ledger import STAMPS, Holding, NodeLedger, NodeNRI
+from placement import nri as nrimod
+from placement.demand import (
+    ModelDemand, initializing, is_model_pod, pod_shared_cpu_milli, pod_shared_memory, read_model_pod,
+)
+from placement.eligibility import Eligibility, Miss, Taint, node_taints
+from placement.ledger import PLACEMENT, STAMPS, Holding, NodeLedger, NodeNRI, Placed
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
     NUMA_ZONE, BalloonsPolicy, CPUSet, CPUSetError, Topology, node_topology, parse_balloons_policy,
@@ -37,6 +40,7 @@ class NodeInfo:
     capacity_cpu: str | None
     unschedulable: bool
     capacity_memory: str | None = None
+    taints: tuple[Taint, ...] = ()  # the NoSchedule and NoExecute ones
 
 
 def pod_priority(spec: Mapping[str, Any]) -> int:
@@ -62,6 +66,8 @@ class PodRecord(NamedTuple):
     assumed_at: float | None = None
     shared_memory: int = 0  # bytes the containers without exclusive cores request
     priority: int = 0  # spec.priority, which the apiserver's Priority plugin sets before any webhook sees the pod
+    eligibility: Eligibility | None = None  # a model pod not bound yet: the nodes it may get (`explain` asks)
+    placed: Placed | None = None  # where our /bind put it (the pod's PLACEMENT annotation, or our own decision)
     leaving: bool = False  # deletionTimestamp set: it holds its cores until it is gone, and its replacement may have them
 
     @property
@@ -80,6 +86,7 @@ def _slim_node(obj: Mapping[str, Any]) -> NodeInfo:
         capacity_cpu=None if capacity is None else str(capacity),
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
         capacity_memory=None if memory is None else str(memory),
+        taints=node_taints(obj.get("spec") or {}),
     )
 
 
@@ -143,9 +150,33 @@ class Observed:
     shared_cores: Mapping[str, frozenset[int]]  # balloon -> its cores that another balloon also holds
     container_balloon: Mapping[str, str]  # "namespace/pod/container" -> balloon zone name
     outside_reserved: tuple[int, ...]  # per NUMA node: cores beyond the reserved cpuset the shared balloons hold
+    shared: frozenset[str]  # the balloons of shared types (reserved, default, routed by namespace)
+
+    def unclaimed(self) -> dict[str, tuple[tuple[int, int], ...]]:
+        """The model balloons no exported container zone names: those of pods whose containers the plugin does not
+        list (showContainersInNrt off), for pods of recorded or unknown placement to claim."""
+        named = set(self.container_balloon.values())
+        return {name: per_numa for name, per_numa in sorted(self.balloons.items())
+                if name not in named and not name.startswith(("reserved[", "default["))}
 
 
-def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: CPUSet) -> Observed | None:
+def _claim(zones: dict[str, tuple[tuple[int, int], ...]], balloon_type: str, numa: set[int] | None,
+           cores: int) -> str | None:
+    """Take from `zones` a balloon of `balloon_type` (the plugin names each `<type>[<instance>]`): on NUMA nodes
+    `numa` when given, else the first whose cores are `cores`, else the first of the type."""
+    mine = [name for name in zones if name.startswith(balloon_type + "[")]
+    if numa is not None:
+        mine = [name for name in mine if {n for n, _ in zones[name]} == numa]
+    name = next((n for n in mine if sum(c for _, c in zones[n]) == cores), mine[0] if mine else None)
+    if name is not None:
+        del zones[name]
+    return name
+
+
+def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: CPUSet,
+                      shared_types: Collection[str] = ("reserved", "default")) -> Observed | None:
+    """`shared_types`: the balloon types pods land in by namespace, whose growth beyond the reserved cpuset takes
+    model cores; a model type's balloons are held by the pods in them (or, unclaimed, counted after them)."""
     raw = (nrt or {}).get("balloons")
     if not raw:
         return None
@@ -161,10 +192,9 @@ def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: C
         for core in held:
             holders[core] = holders.get(core, 0) + 1
     reserved_cores = {core_of[c] for c in reserved if c in core_of}
-    with_containers = set(nrt["containers"].values())  # type: ignore[index]
     outside = [0] * topo.numa_count
     for name, held in cores.items():
-        if name.startswith(("reserved[", "default[")) or name not in with_containers:
+        if name.rsplit("[", 1)[0] in shared_types:
             for numa, _ in held - reserved_cores:
                 outside[numa] += 1
     return Observed(
@@ -172,7 +202,26 @@ def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: C
         {name: frozenset(c for _, c in held if holders[(_, c)] > 1) for name, held in cores.items()},
         dict(nrt["containers"]),  # type: ignore[index]
         tuple(outside),
+        frozenset(name for name in cores if name.rsplit("[", 1)[0] in shared_types),
     )
+
+
+def _carried(old: PodRecord, new: PodRecord) -> PodRecord:
+    """`new`, a list's or watch's view of pod `old`, keeping what only we know: that we are binding it (the watch
+    has not shown the binding yet), and where we put it when its own annotation does not say."""
+    if old.assumed_at is not None and new.node is None:
+        new = new._replace(node=old.node, assumed_at=old.assumed_at)
+    if new.placed is None and old.placed is not None and old.node == new.node:
+        new = new._replace(placed=old.placed)
+    return new
+
+
+def _rank_memory(ledger: NodeLedger, demand: ModelDemand, span: int) -> int:
+    """Bytes a pod pins on each of its NUMA nodes (pinMemory): its memory request shared by its ranks."""
+    policy = ledger.nri.policy
+    if not (ledger.numa_memory and demand.memory_bytes and policy is not None and policy.pin_memory):
+        return 0
+    return -(-demand.memory_bytes // max(1, span))
 
 
 def _count(values: Iterable[int]) -> dict[int, int]:
@@ -198,6 +247,7 @@ class ClusterState:
         self._pods_on: dict[str, set[str]] = {}
         self._homogeneous: bool | None = None
         self.generation = 0  # bumps on every change; caches key on it
+        self.node_generation = 0  # bumps when a Node is added, changed or deleted; eligibility caches key on it
 
     # -- feeding -----------------------------------------------------------------------------------
 
@@ -217,11 +267,12 @@ class ClusterState:
         """A full (re)list of one kind: whatever is not in `objects` is gone."""
         self.generation += 1
         if kind == "Node":
+            self.node_generation += 1
             self.nodes = {n.name: n for n in map(_slim_node, objects) if n.name}
             self._ledgers = {k: v for k, v in self._ledgers.items() if k in self.nodes}
             self._mark_all_dirty()
         elif kind == "Pod":
-            keep_assumed = {u: r for u, r in self.pods.items() if r.assumed_at is not None}
+            previous = self.pods
             self.pods = {}
             self._pods_on = {}
             # Before indexing: the ledgers still hold the previous list's pods, so none may be updated in place
@@ -229,9 +280,9 @@ class ClusterState:
             self._mark_all_dirty()
             records = [r for r in (self._slim_pod(o) for o in objects) if r is not None]
             for rec in records:
-                old = keep_assumed.get(rec.uid)
-                if old is not None and rec.node is None:
-                    rec = rec._replace(node=old.node, assumed_at=old.assumed_at)
+                old = previous.get(rec.uid)
+                if old is not None:
+                    rec = _carried(old, rec)
                 self._index(rec)
         elif kind == "BalloonsPolicy":
             self.policies = {}
@@ -254,12 +305,11 @@ class ClusterState:
             uid = str(meta.get("uid", ""))
             old = self.pods.get(uid)
             rec = None if deleted else self._slim_pod(obj)
-            if rec is not None and old is not None and old.assumed_at is not None:
-                if rec.node is None:  # the watch has not caught up with our binding yet
-                    rec = rec._replace(node=old.node, assumed_at=old.assumed_at)
-                elif rec.node != old.node:
+            if rec is not None and old is not None:
+                if old.assumed_at is not None and rec.node is not None and rec.node != old.node:
                     log.warning("assumed pod bound elsewhere", extra={
                         "pod": f"{rec.namespace}/{rec.name}", "node": rec.node, "assumed_node": old.node})
+                rec = _carried(old, rec)
             if old is not None:
                 self._unindex(old)
             if rec is not None:
@@ -267,13 +317,15 @@ class ClusterState:
         elif kind == "Node":
             name = str(meta.get("name", ""))
             if deleted:
+                self.node_generation += 1
                 self.nodes.pop(name, None)
                 self._ledgers.pop(name, None)
                 self._dirty.discard(name)
                 STAMPS.take(name)
             else:
                 info = _slim_node(obj)
-                if self.nodes.get(name) != info:
+                if self.nodes.get(name) != info:  # not on a status heartbeat
+                    self.node_generation += 1
                     self.nodes[name] = info
                     self._stale(name)
             self._check_homogeneity()
@@ -305,14 +357,19 @@ class ClusterState:
             return None
         spec = obj.get("spec") or {}
         model = read_model_pod(obj, self.settings) if is_model_pod(meta.get("labels"), self.settings) else None
+        placed = None
+        if model is not None:
+            text = (meta.get("annotations") or {}).get(PLACEMENT)
+            placed = None if text is None else Placed.parse(text)
         # Positional: this runs for every pod listed or watched, and keywords cost a third more.
         return PodRecord(
             str(uid), str(meta.get("namespace", "")), str(meta.get("name", "")), spec.get("nodeName") or None,
             str((obj.get("status") or {}).get("phase") or "Pending"), str(meta.get("creationTimestamp") or ""),
             model, None if model is not None and _only_container(spec, model.container)
-            else pod_shared_cpu_milli(spec, skip=model.container if model is not None else None),
+            else pod_shared_cpu_milli(spec, model.container if model is not None else None, initializing(obj)),
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
-            pod_priority(spec), bool(meta.get("deletionTimestamp")),
+            pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
+            placed, bool(meta.get("deletionTimestamp")),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------
@@ -346,7 +403,8 @@ class ClusterState:
         policy = ledger.nri.policy
         return policy.route(namespace).name if policy is not None and ledger.nri.running else ""
 
-    def _account(self, ledger: NodeLedger, rec: PodRecord, observed: Observed | None = None) -> None:
+    def _account(self, ledger: NodeLedger, rec: PodRecord, observed: Observed | None = None,
+                 unclaimed: dict[str, tuple[tuple[int, int], ...]] | None = None) -> None:
         demand = rec.model
         balloon = self._balloon_of(ledger, rec.namespace)
         if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
@@ -360,29 +418,48 @@ class ClusterState:
             self._hold_observed(ledger, rec, demand, zone, observed)
             return
         result = self.fit(demand, ledger)
-        if result.ok:
-            ledger.hold(fitmod.holding_for(rec.uid, demand, result, rec.assumed_at))
-            return
         if result.footprint is None or result.check in (fitmod.BALLOON_TYPE_MISSING, fitmod.NRI_NOT_RUNNING):
             # No balloon can exist for it there: it really runs in the shared pool.
             ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon,
                               rec.shared_memory + demand.memory_bytes)
             return
-        # It runs here although it does not fit: account what it takes, as the allocator would.
         fp = result.footprint
-        free = ledger.free()
-        order = sorted(range(len(free)), key=lambda i: (-free[i], i))
-        if fp.cores_per_numa:
-            want = tuple((i, fp.cores_per_numa) for i in order[: fp.numa_nodes])
-        else:
-            want = ((order[0], fp.cores),) if order else ()
-        log.warning("pod overcommits its node", extra={
-            "pod": demand.pod, "node": ledger.name, "reason": result.reason})
-        ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, fp.balloon_type, want, rec.assumed_at,
-                                  types=(fp.balloon_type,) if fp.balloon_type else ()))
+        placed = rec.placed
+        if placed is not None and placed.node == ledger.name and placed.cores == fp.cores \
+                and self._hold_placed(ledger, rec, demand, placed):
+            if unclaimed:
+                _claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, placed.cores)
+            return
+        # Not from a list (the plugin's placement depends on the order of creates and deletes): from a balloon of
+        # its type that no pod of known placement holds, when the plugin exports its balloons.
+        zone = _claim(unclaimed, demand.balloon_type, None, fp.cores) if unclaimed and demand.policy == "nri-balloons" \
+            else None
+        if zone is not None and observed is not None:
+            self._hold_observed(ledger, rec, demand, zone, observed, matched=True)
+            return
+        # Where it is cannot be known: counted so that nothing admitted next can spread.
+        if not result.ok:
+            log.warning("pod of unknown placement overcommits its node", extra={
+                "pod": demand.pod, "node": ledger.name, "reason": result.reason})
+        ledger.hold_unknown(fitmod.unknown_holding(rec.uid, demand, fp, ledger.topology.numa_count, rec.assumed_at,
+                                                   _rank_memory(ledger, demand, fp.numa_nodes)), fp.cores)
+
+    def _hold_placed(self, ledger: NodeLedger, rec: PodRecord, demand: ModelDemand, placed: Placed) -> bool:
+        """Hold the pod where its persisted placement says; False when that cannot be where it runs (a NUMA node
+        the node lacks, or, for a balloon, not one NUMA node per rank). The caller has checked that it holds the
+        cores the pod asks for now (a resized pod's record is stale)."""
+        numa_count = ledger.topology.numa_count
+        if any(n >= numa_count for n, _ in placed.per_numa) or (
+                demand.policy == "nri-balloons" and len(placed.per_numa) != demand.numa_nodes):
+            return False
+        ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity,
+                                  demand.balloon_type if demand.policy == "nri-balloons" else None, placed.per_numa,
+                                  rec.assumed_at, types=placed.types,
+                                  memory=_rank_memory(ledger, demand, len(placed.per_numa))))
+        return True
 
     def _hold_observed(self, ledger: NodeLedger, rec: PodRecord, demand: ModelDemand, zone: str,
-                       observed: Observed) -> None:
+                       observed: Observed, matched: bool = False) -> None:
         """Observed beats predicted: the cores the plugin reports for the pod's balloon, whatever we foresaw.
         The balloon types it instantiates (for balance-balloons' counts) are the predicted ones when the plugin
         put it where we foresaw; else its type and the per-NUMA types of the NUMA nodes it really holds."""
@@ -391,19 +468,28 @@ class ClusterState:
         if predicted.ok and {n for n, _ in predicted.per_numa} == {n for n, _ in per_numa}:
             types = predicted.types
         else:
-            policy = ledger.nri.policy
-            near = {t.close_numa: t.name for t in policy.balloon_types if t.close_numa is not None} if policy else {}
-            types = (demand.balloon_type, *(near[n] for n, _ in per_numa if n in near))
+            types = self._types_on(ledger, demand, {n for n, _ in per_numa})
+        # `matched`: its balloon is known by type only (no container zone); a prediction says nothing about it.
         notes = []
-        if predicted.ok and {n for n, _ in predicted.per_numa} != {n for n, _ in per_numa}:
+        if not matched and predicted.ok and {n for n, _ in predicted.per_numa} != {n for n, _ in per_numa}:
             notes.append(f"predicted on NUMA {', '.join(str(n) for n, _ in predicted.per_numa)}")
         if len(per_numa) > demand.numa_nodes:
             notes.append(f"spans {len(per_numa)} NUMA nodes for {demand.ranks}")
         if observed.shared_cores.get(zone):
             notes.append(f"shares {len(observed.shared_cores[zone])} cores with another balloon")
-        memory = -(-demand.memory_bytes // max(1, len(per_numa))) if ledger.numa_memory else 0
         ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, demand.balloon_type, per_numa, rec.assumed_at,
-                                  types=types, observed=True, note="; ".join(notes), memory=memory))
+                                  types=types, observed=True, note="; ".join(notes),
+                                  memory=_rank_memory(ledger, demand, len(per_numa))))
+
+    @staticmethod
+    def _types_on(ledger: NodeLedger, demand: ModelDemand, numa: set[int]) -> tuple[str, ...]:
+        """The balloon types a balloon of the demand's type on NUMA nodes `numa` instantiated (balance-balloons
+        counts them all: the composite, its blocks, its per-NUMA components)."""
+        policy = ledger.nri.policy
+        if policy is None or policy.balloon_type(demand.balloon_type) is None:
+            return (demand.balloon_type,)
+        step = nrimod.compile_type(policy, demand.balloon_type, demand.cpu_milli, ledger.threads_per_core)
+        return nrimod.types_on(policy, step, ledger.capacity, numa) or (demand.balloon_type,)
 
     # -- ledgers -----------------------------------------------------------------------------------
 
@@ -470,13 +556,23 @@ class ClusterState:
         nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
         ledger = NodeLedger(name, topo, reserved, source, node.labels, nri,
                             numa_memory=numa_memory(node, self.nrts.get(name), topo.numa_count))
-        observed = observed_balloons(self.nrts.get(name), topo, reserved) if nri.running else None
+        shared = {"reserved", "default", *(t.name for t in policy.balloon_types if t.namespaces)} if policy else ()
+        observed = observed_balloons(self.nrts.get(name), topo, reserved, shared) if nri.running else None
         if observed is not None:
             ledger.observed_shared = observed.outside_reserved
         records = [self.pods[u] for u in self._pods_on.get(name, ()) if u in self.pods]
-        # The balloons allocator placed them in creation order; replaying that order reproduces it.
-        for rec in sorted(records, key=lambda r: (r.created, r.namespace, r.name)):
-            self._account(ledger, rec, observed)
+        # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
+        unclaimed = observed.unclaimed() if observed is not None else None
+        for rec in sorted(records, key=lambda r: (r.placed is None, r.created, r.namespace, r.name)):
+            self._account(ledger, rec, observed, unclaimed)
+        if observed is not None and unclaimed:
+            # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
+            # still hold their cores.
+            extra = list(observed.outside_reserved)
+            for per_numa in unclaimed.values():
+                for numa, cores in per_numa:
+                    extra[numa] += cores
+            ledger.observe_shared(tuple(extra))
         return ledger
 
     def ledger(self, name: str) -> NodeLedger | None:
@@ -505,17 +601,24 @@ class ClusterState:
 
     # -- questions ---------------------------------------------------------------------------------
 
+    def eligibility(self, spec: Mapping[str, Any]) -> Eligibility:
+        return Eligibility(spec, self.settings.amx_node_label)
+
     def iter_eligible(self, spec: Mapping[str, Any]) -> Iterator[NodeLedger]:
-        """Schedulable nodes the pod's nodeSelector and required node affinity allow, by name, lazily:
-        a question answered by the first match need not build every ledger."""
-        matches = node_selector(spec)
+        """The nodes kube-scheduler would offer the pod (cordons, taints, nodeSelector, required node affinity),
+        by name, lazily: a question answered by the first match need not build every ledger."""
+        allows = self.eligibility(spec).allows
         for name in sorted(self.nodes):
-            node = self.nodes[name]
-            if not node.unschedulable and matches(name, node.labels):
+            if allows(self.nodes[name]):
                 yield self.ledger(name)  # type: ignore[misc]
 
     def eligible(self, spec: Mapping[str, Any]) -> list[NodeLedger]:
         return list(self.iter_eligible(spec))
+
+    def misses(self, spec: Mapping[str, Any]) -> dict[str, Miss]:
+        """Each node kube-scheduler would not offer the pod, by name, and why."""
+        miss = self.eligibility(spec).miss
+        return {name: why for name in sorted(self.nodes) if (why := miss(self.nodes[name])) is not None}
 
     def fit(self, demand: ModelDemand, ledger: NodeLedger) -> fitmod.Fit:
         """The scheduler's question: does it fit what is free now?"""
@@ -547,12 +650,20 @@ class ClusterState:
         if not result.ok:
             return result
         self.generation += 1
+        placed = None if result.unknown else Placed(node, result.per_numa, result.types)
         rec = PodRecord(uid, namespace, name, node, "Pending", old.created if old else "", demand,
-                        old.shared_milli if old else None, assumed_at=now, priority=old.priority if old else 0)
+                        old.shared_milli if old else None, assumed_at=now, priority=old.priority if old else 0,
+                        placed=placed)
         if old is not None:
             self._unindex(old)
         self._index(rec)
         return result
+
+    def placement(self, uid: str) -> str | None:
+        """The PLACEMENT annotation for a pod we are binding: where we decided it goes; None when that cannot be
+        known (the node holds a pod of unknown placement)."""
+        rec = self.pods.get(uid)
+        return rec.placed.annotation() if rec is not None and rec.placed is not None else None
 
     def confirm(self, uid: str) -> bool:
         """Our own binding is known to have happened (a snapshot has no watch to show it)."""

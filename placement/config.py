@@ -84,6 +84,7 @@ _ENV_ALIASES: dict[str, str] = {
     "MM_KUBELET_THREADS_PER_CORE": "mm_kubelet_threads_per_core",
     "MM_NRI_CPU_REQUEST": "nri_cpu_request",
 }
+_SKIP_PREFLIGHT = "MM_NRI_SKIP_PREFLIGHT"
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -98,8 +99,15 @@ def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, st
     for var, key in _ENV_ALIASES.items():
         if var in env:
             out[key], origin[key] = env[var], var
-    if env.get("MM_NRI_SKIP_PREFLIGHT", "").strip().lower() in _TRUE:
-        out["preflight"], origin["preflight"] = "skip", "MM_NRI_SKIP_PREFLIGHT"
+    known = {f"MM_{key.upper()}" for key in Settings.model_fields} | set(_ENV_ALIASES) | {_SKIP_PREFLIGHT}
+    unknown = sorted(var for var in env if var.startswith("MM_") and var not in known)
+    if unknown:
+        # A misspelt variable silently left at its default is worse than a refusal to start.
+        verb = "is not a setting" if len(unknown) == 1 else "are not settings"
+        raise ConfigError(f"invalid configuration: {', '.join(unknown)} {verb}; known variables: "
+                          f"{', '.join(sorted(known))}")
+    if env.get(_SKIP_PREFLIGHT, "").strip().lower() in _TRUE:
+        out["preflight"], origin["preflight"] = "skip", _SKIP_PREFLIGHT
     for key in ("model_labels", "protected_namespaces"):
         if isinstance(out.get(key), str):
             out[key] = tuple(s.strip() for s in out[key].split(",") if s.strip())

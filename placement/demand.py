@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from placement.config import CPU_POLICIES, PREFLIGHT_MODES, Settings
-from placement.quantity import QuantityError, cpu_milli, memory_bytes
+from placement.quantity import QuantityError, cpu_milli, format_cpu, memory_bytes
 
 # Inputs a user may set.
 ANN_POLICY = "model-manager.io/cpu-policy"
@@ -96,6 +96,12 @@ class ModelDemand:
     pp: int = 1  # pipeline stages in this pod
     dp: int = 1  # data-parallel ranks in this pod
     memory_bytes: int = 0  # the model container's memory request (limit when no request)
+    requested_milli: int = 0  # the CPU request the user wrote (before the webhook sized it); 0: as cpu_milli
+
+    @property
+    def requested_cpu(self) -> str:
+        """`cpu: N` as the user wrote it: the unit every message speaks in."""
+        return format_cpu(self.requested_milli or self.cpu_milli)
 
     @property
     def policy(self) -> str:
@@ -361,6 +367,10 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
     memory, problem = container_memory_bytes(container)
     if problem:
         problems.append(problem)
+    try:
+        requested_milli = cpu_milli(annotations[OUT_REQUESTED]) if annotations.get(OUT_REQUESTED) else 0
+    except QuantityError:
+        requested_milli = 0
     amx = _flag(annotations.get(ANN_REQUIRE_AMX))
     return ModelDemand(
         pod=pod_display_name(pod, namespace),
@@ -379,13 +389,17 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
         pp=sizes["PP"],
         dp=sizes["DP"],
         memory_bytes=memory,
+        requested_milli=requested_milli,
     )
 
 
-def pod_shared_cpu_milli(spec: Mapping[str, Any], skip: str | None = None) -> int:
-    """CPU a pod takes from the shared pool: kubelet's effective request, max(sum of app containers
-    plus restartable init containers, largest regular init container), less container `skip` (a model
-    container with cores of its own). Bad quantities count as 0."""
+def pod_shared_cpu_milli(spec: Mapping[str, Any], skip: str | None = None, initializing: bool = False) -> int:
+    """CPU a pod takes from the shared pool, less container `skip` (a model container with cores of its own):
+    its app containers plus its native sidecars (restartable init containers, which run for the pod's life).
+    While it is `initializing`, the kubelet's effective request instead: max(that, the largest regular init
+    container with the sidecars started before it). The kubelet runs init containers to completion before the app
+    containers, and the balloons plugin releases a container's CPUs when it exits, so an init container's request
+    is held only while the pod initializes. Bad quantities count as 0."""
     # Read for every pod listed or watched: plain loops, no intermediate lists.
     apps = 0
     for c in spec.get("containers") or ():
@@ -398,9 +412,25 @@ def pod_shared_cpu_milli(spec: Mapping[str, Any], skip: str | None = None) -> in
             continue
         if c.get("restartPolicy") == "Always":
             sidecars += container_cpu_milli(c)[0]
-        else:
+        elif initializing:
             init_peak = max(init_peak, sidecars + container_cpu_milli(c)[0])
     return max(apps + sidecars, init_peak)
+
+
+def initializing(pod: Mapping[str, Any]) -> bool:
+    """Has the pod regular init containers that may still run? Only a Pending pod runs them (it turns Running once
+    they all completed); one whose statuses show each of them terminated with exit code 0 is past them."""
+    spec = pod.get("spec") or {}
+    regular = [c.get("name") for c in spec.get("initContainers") or ()
+               if isinstance(c, _MAPPING) and c.get("restartPolicy") != "Always"]
+    if not regular:
+        return False
+    status = pod.get("status") or {}
+    if (status.get("phase") or "Pending") != "Pending":
+        return False
+    done = {s.get("name") for s in status.get("initContainerStatuses") or ()
+            if isinstance(s, _MAPPING) and ((s.get("state") or {}).get("terminated") or {}).get("exitCode") == 0}
+    return not all(name in done for name in regular)
 
 
 def pod_shared_memory(spec: Mapping[str, Any], skip: str | None = None) -> int:

@@ -7,13 +7,15 @@ ledger; `place` is `fit` followed by `hold`, so the two can never disagree.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple
 
-from placement.demand import ModelDemand, ranks_text, round_up
+from placement.demand import OUT_REQUESTED, ModelDemand, ranks_text, round_up
 from placement.ledger import Holding, NodeLedger
 from placement import nri
+from placement.quantity import QuantityError, cpu_milli
 from placement.topology import BalloonsPolicy, BalloonType
 
 EXCLUSIVE_POLICIES = ("nri-balloons", "kubelet-static")
@@ -34,6 +36,13 @@ INSUFFICIENT_FREE_MEMORY = "insufficient-free-memory"
 INSUFFICIENT_FREE = nri.INSUFFICIENT_FREE
 NO_CPU = "no-cpu-request"
 REQUEST_OVER_SHARES = "request-over-cpu-shares"
+PLACEMENT_UNKNOWN = "placement-unknown"
+# Model pods with no recorded placement (bound by another scheduler, or before the install) and no container zone
+# in the plugin's NodeResourceTopology: held on every NUMA node they could be on.
+_UNKNOWN = "model pods here with no recorded placement count on every NUMA node they could use"
+UNKNOWN_REASON = (f"the balloons plugin may pick NUMA nodes without room for it ({_UNKNOWN}: bound by another scheduler "
+                  "or before model-placement was installed); re-create them through this scheduler, or set "
+                  "showContainersInNrt: true in the BalloonsPolicy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,9 @@ class Fit(NamedTuple):
     footprint: Footprint | None = None
     types: tuple[str, ...] = ()  # nri-balloons: the balloon types it instantiates
     memory: int = 0  # nri-balloons with pinMemory: bytes on each of its NUMA nodes
+    # The node holds a pod of unknown placement: `per_numa` is a guess (it fits wherever the plugin puts it), so it
+    # will be held as unknown too.
+    unknown: bool = False
 
 
 def fmt_free(ledger: NodeLedger, free: tuple[int, ...]) -> str:
@@ -133,6 +145,26 @@ def nominal_cpus(demand: ModelDemand, threads_per_core: int) -> int:
     return demand.cpus
 
 
+def balloon_request(demand: ModelDemand, annotations: Mapping[str, Any], tpc: int, hide_hyperthreads: bool,
+                    mode: str) -> int | None:
+    """The model container's CPU request in millicores under the balloons plugin, which gives a balloon
+    ceil(request) logical CPUs split evenly over its ranks' NUMA nodes: whole cores on each, so no rank shares a
+    core. On a hide-hyperthreads type in `cores` mode the user's cpu: N is N cores for N threads (N × SMT width
+    CPUs); otherwise the request, rounded up. The user's own figure is kept in `requested-cpu`, so a second
+    mutation starts from it and never doubles twice. None: no request to size from."""
+    original = demand.cpu_milli
+    if annotations.get(OUT_REQUESTED) is not None:
+        try:
+            original = cpu_milli(annotations[OUT_REQUESTED])
+        except QuantityError:
+            return None
+    if original <= 0:
+        return None
+    span = demand.numa_nodes
+    cores = math.ceil(math.ceil(original / 1000) / (1 if hide_hyperthreads and mode == "cores" else tpc))
+    return round_up(cores, span) * tpc * 1000
+
+
 def _refuse(node: str, check: str, reason: str, resolvable: bool, fp: Footprint | None = None) -> Fit:
     return Fit(node, False, check, reason, resolvable, footprint=fp)
 
@@ -143,6 +175,13 @@ def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy
     A refusal no eviction can change (`resolvable=False`) is decided before what the node holds is
     read: by the demand and the node's shape and policy alone. The extender shares such refusals between
     nodes of one shape. No reason names the node or the pod."""
+    result = _fit(demand, ledger, threads_per_core, strategy)
+    if ledger.unsettled and not result.ok and result.resolvable and result.check != PLACEMENT_UNKNOWN:
+        return result._replace(reason=f"{result.reason} ({_UNKNOWN})")
+    return result
+
+
+def _fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy: str) -> Fit:
     node = ledger.name
     numa_count = len(ledger.capacity)
     span = demand.numa_nodes
@@ -286,12 +325,19 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
         return _refuse(node, RANKS_SHARE_NUMA,
                        f"needs {demand.numa_nodes} distinct NUMA nodes; with what runs here the plugin would put "
                        f"its ranks on {span}", True, fp)
+    if ledger.unsettled:
+        # The instance counts balance-balloons reads are unknown: whichever balloon the plugin makes must fit.
+        for variant in nri.variants(empty.step):
+            other = nri.place(policy, variant, free)
+            if isinstance(other, nri.Refusal) or len(other.per_numa) != span:
+                return _refuse(node, PLACEMENT_UNKNOWN, UNKNOWN_REASON, True, fp)
     after = list(free)
     for i, cores in placed.per_numa:
         after[i] -= cores
     memory = empty.memory
     if not memory:
-        return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types)
+        return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types,
+                   unknown=ledger.unsettled > 0)
     memory_after = list(ledger.free_memory())
     for i, _ in placed.per_numa:
         if memory_after[i] < memory:
@@ -301,7 +347,7 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
                            f"{', '.join(str(i) for i, _ in placed.per_numa)}", True, fp)
         memory_after[i] -= memory
     return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy, memory_after), fp,
-               placed.types, memory)
+               placed.types, memory, ledger.unsettled > 0)
 
 
 def fmt_bytes(value: int) -> str:
@@ -328,7 +374,8 @@ def _fit_static(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, .
     after = list(free)
     for i, cores in chosen:
         after[i] -= cores
-    return Fit(node, True, FITS, "", True, tuple(sorted(chosen)), _score(ledger, after, strategy), fp)
+    return Fit(node, True, FITS, "", True, tuple(sorted(chosen)), _score(ledger, after, strategy), fp,
+               unknown=ledger.unsettled > 0)
 
 
 def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
@@ -338,10 +385,22 @@ def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, .
     return Fit(node, True, FITS, "", True, (), _score(ledger, list(free), strategy), fp)
 
 
-def holding_for(uid: str, demand: ModelDemand, result: Fit, assumed_at: float | None = None) -> Holding:
+def holding_for(uid: str, demand: ModelDemand, result: Fit, numa_count: int, assumed_at: float | None = None
+                ) -> Holding:
+    if result.unknown and result.footprint is not None:
+        return unknown_holding(uid, demand, result.footprint, numa_count, assumed_at, result.memory)
     return Holding(uid, demand.pod, demand.identity,
                    result.footprint.balloon_type if result.footprint else None,
                    result.per_numa, assumed_at, types=result.types, memory=result.memory)
+
+
+def unknown_holding(uid: str, demand: ModelDemand, fp: Footprint, numa_count: int, assumed_at: float | None = None,
+                    memory: int = 0) -> Holding:
+    """A pod whose NUMA nodes cannot be known, charged pessimistically: on every NUMA node, what one of its ranks
+    takes (a balloon rank), or all of it (kubelet-static, which may put it all on one)."""
+    per = fp.cores_per_numa or fp.cores
+    return Holding(uid, demand.pod, demand.identity, fp.balloon_type, tuple((n, per) for n in range(numa_count)),
+                   assumed_at, memory=memory, unknown=True)
 
 
 def place(ledger: NodeLedger, uid: str, demand: ModelDemand, threads_per_core: int, strategy: str,
@@ -354,5 +413,5 @@ def place(ledger: NodeLedger, uid: str, demand: ModelDemand, threads_per_core: i
     if result.footprint is not None and not result.footprint.exclusive:
         ledger.set_shared(uid, demand.cpu_milli, balloon)
     else:
-        ledger.hold(holding_for(uid, demand, result, assumed_at))
+        ledger.hold(holding_for(uid, demand, result, ledger.topology.numa_count, assumed_at))
     return result

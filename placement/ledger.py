@@ -13,6 +13,9 @@ import math
 from collections import deque
 from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+import orjson
 
 from placement.demand import ModelIdentity
 from placement.topology import RESERVED_TYPE, BalloonsPolicy, BalloonType, CPUSet, Topology
@@ -33,6 +36,9 @@ class Holding:
     observed: bool = False  # per_numa is the cpuset the plugin exported, not our prediction
     note: str = ""  # what is wrong with where the plugin really put it (observed only)
     memory: int = 0  # bytes it takes on each NUMA node it holds (pinMemory: a rank's share of its request)
+    # Where it really is cannot be known (no persisted placement, no exported zone): per_numa charges a rank's
+    # cores on every NUMA node it could be on, and its balloon types are not counted.
+    unknown: bool = False
 
     @property
     def cores(self) -> int:
@@ -45,6 +51,41 @@ class Holding:
 
 class LedgerError(ValueError):
     pass
+
+
+PLACEMENT = "cpu-policy.model-manager.io/placement"
+
+
+class Placed(NamedTuple):
+    """Where a model pod was put on its node, as decided at /bind and persisted on the pod (`PLACEMENT`): the
+    balloons plugin's placement depends on the order of creates and deletes, which no pod list carries, so a
+    rebuilt ledger reads this instead of replaying the list."""
+
+    node: str
+    per_numa: tuple[tuple[int, int], ...]  # (NUMA node id, cores)
+    types: tuple[str, ...]  # every balloon type instantiated: what balance-balloons counts
+
+    @property
+    def cores(self) -> int:
+        return sum(c for _, c in self.per_numa)
+
+    def annotation(self) -> str:
+        return orjson.dumps({"node": self.node, "numa": {str(n): c for n, c in self.per_numa},
+                             "types": list(self.types)}).decode()
+
+    @classmethod
+    def parse(cls, text: object) -> Placed | None:
+        """None for anything but what `annotation` writes: a hand-edited or foreign value is no placement."""
+        try:
+            raw = orjson.loads(text)  # type: ignore[arg-type]
+            node, numa, types = raw["node"], raw["numa"], raw["types"]
+            per_numa = tuple(sorted((int(n), c) for n, c in numa.items()))
+        except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
+            return None
+        if not isinstance(node, str) or not isinstance(types, list) or not all(isinstance(t, str) for t in types) \
+                or not all(n >= 0 and type(c) is int and c >= 0 for n, c in per_numa):
+            return None
+        return cls(node, per_numa, tuple(types))
 
 
 class Stamps:
@@ -143,6 +184,7 @@ class NodeLedger:
     _shared_memory_total: int = field(init=False, default=0)
     _free_memory: tuple[int, ...] | None = field(init=False, default=None)
     _by_identity: dict[ModelIdentity, dict[str, Holding]] = field(init=False, default_factory=dict)
+    unsettled: int = field(init=False, default=0)  # holdings of unknown placement: no NUMA choice can be foreseen
 
     def __post_init__(self) -> None:
         self.capacity = tuple(
@@ -178,6 +220,12 @@ class NodeLedger:
         # Each balloon takes cores of its own.
         return sum(math.ceil(shared_balloon_cpus(policy.route_type(name), milli, len(self.reserved))
                              / self.threads_per_core) for name, milli in self._shared_by_type.items())
+
+    def observe_shared(self, cores: tuple[int, ...]) -> None:
+        """Cores per NUMA node that balloons hold beyond the reserved cpuset and every holding here."""
+        self.observed_shared = cores
+        self._free = None
+        STAMPS.take(self.name)
 
     def free(self) -> tuple[int, ...]:
         """Free model cores per NUMA node."""
@@ -227,6 +275,9 @@ class NodeLedger:
         """Record a placement computed by `fit`; refuses one that does not fit what is free."""
         if holding.uid in self.holdings:
             raise LedgerError(f"pod {holding.pod} ({holding.uid}) already holds cores on node {self.name}")
+        if holding.unknown:
+            self.hold_unknown(holding, 0)
+            return
         free = self.free()
         for numa, cores in holding.per_numa:
             if not 0 <= numa < len(free) or cores < 0 or cores > free[numa]:
@@ -236,7 +287,18 @@ class NodeLedger:
                 )
         self._add(holding)
 
+    def hold_unknown(self, holding: Holding, cores: int) -> None:
+        """Record a pod whose NUMA nodes are unknown: `holding.per_numa` is what it could take on each NUMA node
+        it could be on, and each is charged as far as it is free; of its `cores` in all, what even that cannot
+        hold is kept as `shortfall`."""
+        free = self.free()
+        charged = tuple((n, min(c, max(free[n], 0))) for n, c in holding.per_numa)
+        taken = sum(c for _, c in charged)
+        self._add(replace(holding, per_numa=tuple(p for p in charged if p[1]), unknown=True,
+                          shortfall=max(0, cores - taken)))
+
     def _add(self, holding: Holding) -> None:
+        self.unsettled += holding.unknown
         for numa, cores in holding.per_numa:
             self._avail[numa] -= cores
             self._mem_avail[numa] -= holding.memory
@@ -269,6 +331,7 @@ class NodeLedger:
         holding = self.holdings.pop(uid, None)
         if holding is None:
             return None
+        self.unsettled -= holding.unknown
         for numa, cores in holding.per_numa:
             self._avail[numa] += cores
             self._mem_avail[numa] += holding.memory
@@ -360,7 +423,8 @@ class NodeLedger:
         for numa in self.topology.numa_nodes:
             held = [
                 {"pod": h.pod, "uid": h.uid, "cores": c, "balloon": h.balloon_type, "assumed": h.assumed,
-                 "observed": h.observed, **({"problem": h.note} if h.note else {})}
+                 "observed": h.observed, **({"placement": "unknown"} if h.unknown else {}),
+                 **({"problem": h.note} if h.note else {})}
                 for h in self.holdings.values() for n, c in h.per_numa if n == numa.id
             ]
             numa_json.append({

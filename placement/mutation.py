@@ -15,13 +15,15 @@ from typing import Any
 import orjson
 
 from placement.cluster import ClusterState
-from placement.fit import nominal_cpus
+from placement.ledger import NodeLedger
+from placement.fit import balloon_request, nominal_cpus
 from placement.demand import (
     OUT_CPUS, OUT_MESSAGE, OUT_NUMA, OUT_REASON, OUT_REQUESTED, OUT_TP, OUT_TYPE, ModelDemand, balloon_annotation, is_model_pod,
     read_model_pod, round_up,
 )
 from placement.preflight import NRI_FALLBACK, Resolution, fallback_text, resolve_policy
 from placement.quantity import QuantityError, cpu_milli, format_cpu
+from placement.topology import SMT_LABEL, smt_label_width
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -118,35 +120,54 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
     resolved = replace(demand, resolved_policy=resolution.policy)
     if resolution.policy == "nri-balloons":
         annotations[balloon_annotation(demand.container)] = demand.balloon_type
-        milli = balloon_request(demand, annotations, tpc, resolution.hide_hyperthreads, settings.nri_cpu_request)
+        width = smt_width(resolved, annotations, spec, cluster, resolution.hide_hyperthreads)
+        milli = balloon_request(demand, annotations, width, resolution.hide_hyperthreads, settings.nri_cpu_request)
         if milli is not None and milli != demand.cpu_milli:
             annotations.setdefault(OUT_REQUESTED, format_cpu(demand.cpu_milli))
             _set_cpu(spec, demand.container, format_cpu(milli))
-            resolved = replace(resolved, cpu_milli=milli)
+            resolved = replace(resolved, cpu_milli=milli, requested_milli=demand.requested_milli or demand.cpu_milli)
     elif resolution.policy == "kubelet-static":
         _make_guaranteed(spec, demand.container, tpc)
     annotations[OUT_CPUS] = str(nominal_cpus(resolved, tpc))
     return Mutation(out, resolved, resolution, None)
 
 
-def balloon_request(demand: ModelDemand, annotations: Mapping[str, Any], tpc: int, hide_hyperthreads: bool,
-                    mode: str) -> int | None:
-    """The model container's CPU request in millicores under the balloons plugin, which gives a balloon
-    ceil(request) logical CPUs split evenly over its ranks' NUMA nodes: whole cores on each, so no rank shares a
-    core. On a hide-hyperthreads type in `cores` mode the user's cpu: N is N cores for N threads (N × SMT width
-    CPUs); otherwise the request, rounded up. The user's own figure is kept in `requested-cpu`, so a second
-    mutation starts from it and never doubles twice. None: no request to size from."""
-    original = demand.cpu_milli
-    if annotations.get(OUT_REQUESTED) is not None:
-        try:
-            original = cpu_milli(annotations[OUT_REQUESTED])
-        except QuantityError:
-            return None
-    if original <= 0:
-        return None
-    span = demand.numa_nodes
-    cores = math.ceil(math.ceil(original / 1000) / (1 if hide_hyperthreads and mode == "cores" else tpc))
-    return round_up(cores, span) * tpc * 1000
+def smt_width(demand: ModelDemand, annotations: Mapping[str, Any], spec: dict[str, Any], cluster: ClusterState,
+              hide_hyperthreads: bool) -> int:
+    """The SMT width the balloon request is written for. A request is written before a node is chosen and a core
+    is as many CPUs as the node has threads per core, so where the eligible nodes with the balloon type differ in
+    width the pod is given one: the fleet's usual width when a node of it fits the pod now, else the first other
+    one where a node does, else the usual one; and its node affinity keeps it on nodes of that width (their
+    SMT label), where the request means what the user asked for."""
+    usual = cluster.settings.mm_kubelet_threads_per_core
+    if not any(smt_label_width(node.labels, usual) != usual for node in cluster.nodes.values()):
+        return usual  # one width in the whole fleet: no need to look at which nodes are eligible
+    by_width: dict[int, list[NodeLedger]] = {}
+    for ledger in cluster.iter_eligible(spec):
+        policy = ledger.nri.policy
+        if ledger.nri.running and policy is not None and policy.balloon_type(demand.balloon_type) is not None:
+            by_width.setdefault(ledger.threads_per_core, []).append(ledger)
+    if len(by_width) <= 1:
+        return next(iter(by_width), usual)
+    mode = cluster.settings.nri_cpu_request
+    chosen = usual
+    for width in sorted(by_width, key=lambda w: (w != usual, -w)):
+        milli = balloon_request(demand, annotations, width, hide_hyperthreads, mode)
+        sized = replace(demand, cpu_milli=milli) if milli is not None else demand
+        if any(cluster.fit_admission(sized, ledger).ok for ledger in by_width[width]):
+            chosen = width
+            break
+    _require_on_every_term(spec, "matchExpressions", smt_requirement(chosen, usual))
+    return chosen
+
+
+def smt_requirement(width: int, usual: int) -> dict[str, Any]:
+    """A node selector requirement for nodes of SMT width `width`, read as `node_topology` reads it: the SMT
+    label's true is 2, false is 1, no label the fleet's usual width."""
+    if width == usual:
+        other = [value for value, w in (("true", 2), ("false", 1)) if w != usual]
+        return {"key": SMT_LABEL, "operator": "NotIn", "values": other}
+    return {"key": SMT_LABEL, "operator": "In", "values": ["true" if width == 2 else "false"]}
 
 
 def _set_cpu(spec: dict[str, Any], container_name: str, value: str) -> None:

@@ -9,8 +9,8 @@ tests/peers/balloons), and tests/oracle holds this module to the real plugin:
   it is made of, has the fewest balloons, components included, ties to the first listed (newCompositeBalloon,
   balloonsByDefIncludingComponents);
 - a plain type that prefers /sys/devices/system/node/nodeN is taken from NUMA node N when N has room; the
-  preference is dropped otherwise (resizeCpusWithDevices), and we then refuse: where it would go is not NUMA-local
-  by design;
+  preference is dropped otherwise (resizeCpusWithDevices), and its implicit anti-affinity to every other preferred
+  NUMA node decides, as below: it may still land on one NUMA node, another one;
 - a plain type with no such preference is pushed away from every NUMA node some other type prefers, lowest id
   first while the rest still has room (fillFarFromDevices), then taken from the deepest topology level with room
   (resizeCpusMaxLocalSet): one NUMA node when one has room, else spread, which we refuse.
@@ -20,8 +20,9 @@ core of its own and its sibling is left to others.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -174,6 +175,36 @@ def _pinned(name: str, steps: tuple[Step, ...]) -> Plan | None:
                 (name, *(t for plan in known for t in plan.types)), sum(plan.cpus for plan in known))
 
 
+@lru_cache(maxsize=4096)
+def variants(step: Step) -> tuple[Step, ...]:
+    """`step` once for each balloon the plugin may make of it, every balance-balloons choice taken in turn (which
+    one it makes depends on instance counts): each variant is a plain composite that `place` walks without
+    reading any count."""
+    if isinstance(step, _Fewest):
+        return tuple(_All(step.name, (v,), _pinned(step.name, (v,))) for sub in step.steps for v in variants(sub))
+    if isinstance(step, _All):
+        choices = [variants(sub) for sub in step.steps]
+        if all(len(c) == 1 and c[0] is sub for c, sub in zip(choices, step.steps)):
+            return (step,)
+        return tuple(_All(step.name, combo, _pinned(step.name, combo)) for combo in itertools.product(*choices))
+    return (step,)
+
+
+def types_on(policy: BalloonsPolicy, step: Step, capacity: tuple[int, ...], numa: Collection[int]) -> tuple[str, ...]:
+    """The balloon types the plugin instantiated for a balloon of `step` it put on NUMA nodes `numa`: those of the
+    variant it could have made there (most NUMA nodes in common, ties to the first listed, as balance-balloons
+    breaks them). What balance-balloons counts for the next pod, composite blocks included."""
+    best: tuple[str, ...] = ()
+    most = -1
+    for variant in variants(step):
+        plan = place(policy, variant, capacity)
+        if isinstance(plan, Plan):
+            common = sum(1 for n, _ in plan.per_numa if n in numa)
+            if common > most:
+                best, most = plan.types, common
+    return best
+
+
 def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
     seen = [name]
     for current in seen:
@@ -232,21 +263,26 @@ def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list
         if k >= len(free):
             return Refusal(NOT_NUMA_LOCAL, f"balloon type {btype.name} prefers NUMA node {k}, which a node with "
                                            f"{len(free)} NUMA node{'s' if len(free) != 1 else ''} lacks", False)
-        if free[k] < cores:
-            return Refusal(INSUFFICIENT_FREE,
-                           f"balloon type {btype.name} is carved from NUMA node {k} and needs {_cores(cores)} there",
-                           True)
-        return k
+        if free[k] >= cores:
+            return k
+        # The preference is dropped and the type's implicit preferFarFromDevices (every NUMA node other types
+        # prefer, its own excepted) decides, as for a plain type (resizeCpusWithDevices): often still one NUMA node.
+    else:
+        k = None
     allowed = list(range(len(free)))
     if policy.numa_preferring:
-        for k in range(len(free)):
-            rest = [i for i in allowed if i != k]
-            if rest and sum(free[i] for i in rest) >= cores:
+        for j in range(len(free)):
+            rest = [i for i in allowed if i != j]
+            if j != k and rest and sum(free[i] for i in rest) >= cores:
                 allowed = rest
     fitting = [i for i in allowed if free[i] >= cores]
     if not fitting:
         return Refusal(NOT_NUMA_LOCAL if sum(free[i] for i in allowed) >= cores else INSUFFICIENT_FREE,
-                       f"balloon type {btype.name} needs {_cores(cores)} on one NUMA node", True)
+                       # A component type is the generated policy's inner working: the user asked for a model and
+                       # its ranks, and the policy decides which NUMA node each rank gets.
+                       (f"the balloons policy puts a rank on NUMA node {k} (or, lacking room there, another), "
+                        f"which needs {_cores(cores)} on one NUMA node" if k is not None
+                        else f"balloon type {btype.name} needs {_cores(cores)} on one NUMA node"), True)
     if policy.topology_balancing:
         return max(fitting, key=lambda i: (free[i], -i))
     return min(fitting, key=lambda i: (free[i], i))

@@ -67,8 +67,7 @@ class Verdict:
     message: str  # the whole explanation; empty when it simply fits
     notes: tuple[str, ...] = field(default=())  # admitted, but worth telling (e.g. the best-effort fallback)
 
-def _names(ledgers: Sequence[NodeLedger], limit: int = 4) -> str:
-    names = [ledger.name for ledger in ledgers]
+def _names(names: Sequence[str], limit: int = 4) -> str:
     return ", ".join(names[:limit]) + (", …" if len(names) > limit else "")
 
 
@@ -127,17 +126,13 @@ def preflight(
     found = bool(fits) and fits[-1].ok and replicas == 1
     what = f"{demand.pod} (model container {demand.container!r}, {demand.cpus} CPUs, TP={demand.tp})"
     if not eligible:
-        return Verdict(False, NO_ELIGIBLE_NODE,
-                       f"{what}: no schedulable node matches its nodeSelector and required node affinity"
-                       f"{' (including ' + cluster.settings.amx_node_label + '=true)' if demand.require_amx else ''}. "
-                       "Label a node to match, fix the selector, or set model-manager.io/require-amx: \"false\" "
-                       "if the model does not need AMX.")
+        return Verdict(False, NO_ELIGIBLE_NODE, f"{what}: {no_eligible_node(cluster, spec)}")
     max_numa = max(ledger.topology.numa_count for ledger in eligible)
     if demand.numa_nodes > max_numa:
         return Verdict(False, fitmod.TP_EXCEEDS_NUMA,
                        f"{demand.ranks} needs a node with at least {demand.numa_nodes} NUMA nodes, one per rank; the "
                        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have at most {max_numa} "
-                       f"({_names(eligible)}). Use {_fewer_ranks(demand, max_numa)}, or add a node with "
+                       f"({_names([ledger.name for ledger in eligible])}). Use {_fewer_ranks(demand, max_numa)}, or add a node with "
                        f"≥{demand.numa_nodes} NUMA nodes.")
     if resolution.policy == "kubelet-static":
         missing = memory_problems(spec)
@@ -162,7 +157,7 @@ def preflight(
                 eligible = cluster.eligible(spec)
             return Verdict(False, fitmod.BALLOON_TYPE_MISSING,
                            f"{demand.pod} asks for balloon type {demand.balloon_type}, which no BalloonsPolicy "
-                           f"defines for the {len(eligible)} eligible nodes ({_names(eligible)}) with a running "
+                           f"defines for the {len(eligible)} eligible nodes ({_names([ledger.name for ledger in eligible])}) with a running "
                            "NRI balloons plugin. Add the type to the BalloonsPolicy, or remove the "
                            "model-manager.io/nri-balloon annotation to use "
                            f"{cluster.settings.nri_balloon_prefix}{demand.tp}.")
@@ -186,11 +181,30 @@ def preflight(
         elif placed < replicas:
             return Verdict(False, REPLICAS,
                            f"{demand.pod}: only {placed} of {replicas} replicas fit at once "
-                           f"({fitmod.nominal_footprint(resolved, cluster.settings.mm_kubelet_threads_per_core).describe()} each; "
+                           f"({fitmod.nominal_footprint(resolved, _width(eligible, cluster)).describe()} each; "
                            f"{len(feasible)} of {len(eligible)} eligible nodes have room now). "
                            f"Use replicas: {placed} or fewer, lower the CPU request, or free capacity.",
                            notes)
     return Verdict(True, fitmod.FITS, "", notes)
+
+
+def no_eligible_node(cluster: ClusterState, spec: Mapping[str, Any]) -> str:
+    """Why kube-scheduler offers the pod no node: each reason with its count, most common first, and what to
+    change for the first."""
+    misses = cluster.misses(spec)
+    if not misses:
+        return "the cluster has no nodes."
+    counts: dict[str, list[str]] = {}
+    for name, miss in misses.items():
+        counts.setdefault(miss.reason, []).append(name)
+    # A pinned pod: what keeps it off the nodes it is pinned to comes first, the pin itself last.
+    ranked = sorted(counts.items(), key=lambda kv: (misses[kv[1][0]].check == "node-pin", -len(kv[1]), kv[0]))
+    shown = "; ".join(f"{len(names)} {'node' if len(names) == 1 else 'nodes'} ({_names(names)}): {reason}"
+                      for reason, names in ranked[:3])
+    more = f"; {len(ranked) - 3} other reasons" if len(ranked) > 3 else ""
+    first = misses[counts[ranked[0][0]][0]]
+    return (f"kube-scheduler would offer it none of the {len(misses)} nodes: {shown}{more}. "
+            f"To change: {first.change}.")
 
 
 def _simulate_replicas(demand: ModelDemand, eligible: Sequence[NodeLedger], cluster: ClusterState,
@@ -255,18 +269,16 @@ def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked:
     by_node = {ledger.name: ledger for ledger in eligible}
     eligible = [by_node[f.node] for f in ranked]
     resolvable = [f for f in ranked if f.resolvable]
-    tpc = cluster.settings.mm_kubelet_threads_per_core
-    fp = fitmod.nominal_footprint(demand, tpc)
-    asked = f"{demand.pod} needs {fp.describe()}"
+    fp = fitmod.nominal_footprint(demand, _width(eligible, cluster))
+    asked = f"{demand.pod} asks for cpu: {demand.requested_cpu}, that is {fp.describe()}"
     if not resolvable:
         first = ranked[0]
         checks = {f.check for f in ranked}
         if checks == {fitmod.FOOTPRINT_EXCEEDS_NODE}:
             best = max(eligible, key=lambda ledger: _room_when_empty(ledger, demand))
-            room = _room_when_empty(best, demand)
-            cores = cluster.settings.nri_cpu_request == "cores" or demand.policy != "nri-balloons"
-            if room > 0:
-                advice = f"Request at most cpu: {room if cores else room * tpc} for {demand.ranks}"
+            most = _largest_request(demand, best, cluster)
+            if most > 0:
+                advice = f"Request at most cpu: {most} for {demand.ranks}"
             else:
                 advice = "Use a smaller model"
             wider = demand.numa_nodes * 2
@@ -286,6 +298,34 @@ def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked:
                    f"{asked}; none of the {len(eligible)} eligible nodes has that free now (most free: {free_text}; "
                    f"{why}). Scale down or delete another model on these nodes, lower the CPU request, or add "
                    "capacity.")
+
+
+def _width(eligible: Sequence[NodeLedger], cluster: ClusterState) -> int:
+    """The SMT width the eligible nodes share (the webhook keeps a pod on nodes of one width); the fleet's usual
+    width when they differ."""
+    widths = {ledger.threads_per_core for ledger in eligible}
+    return widths.pop() if len(widths) == 1 else cluster.settings.mm_kubelet_threads_per_core
+
+
+def _largest_request(demand: ModelDemand, ledger: NodeLedger, cluster: ClusterState) -> int:
+    """The largest whole `cpu: N`, in the unit the user writes it, that an empty node like `ledger` could hold
+    once the webhook has sized it as it sizes this one; 0 when none."""
+    room = _room_when_empty(ledger, demand)
+    policy = ledger.nri.policy
+    btype = policy.balloon_type(demand.balloon_type) if policy is not None else None
+    if demand.policy != "nri-balloons" or btype is None:
+        return room
+    width, mode = ledger.threads_per_core, cluster.settings.nri_cpu_request
+    # cpu: N in cores mode on a hide-hyperthreads type is N cores; otherwise N CPUs.
+    start = room if mode == "cores" and btype.hide_hyperthreads else room * width
+    empty = ledger.scratch(evicted=set(ledger.holdings))
+    for cpus in range(start, max(0, start - 64), -1):
+        milli = fitmod.balloon_request(replace(demand, requested_milli=0, cpu_milli=cpus * 1000), {}, width,
+                                       btype.hide_hyperthreads, mode)
+        result = cluster.fit_admission(replace(demand, cpu_milli=milli or cpus * 1000), empty)
+        if result.ok or result.resolvable:
+            return cpus
+    return 0
 
 
 def _room_when_empty(ledger: NodeLedger, demand: ModelDemand) -> int:

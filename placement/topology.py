@@ -164,6 +164,13 @@ def _label_bool(labels: Mapping[str, str], key: str) -> bool | None:
 SMT_LABEL = "feature.node.kubernetes.io/cpu-hardware_multithreading"
 
 
+def smt_label_width(labels: Mapping[str, str], default_threads_per_core: int) -> int:
+    """Threads per core by the node's NFD SMT label."""
+    smt = _label_bool(labels, SMT_LABEL)
+    # Xeon SMT is 2-way; without the NFD label we trust the cluster-wide setting.
+    return default_threads_per_core if smt is None else (2 if smt else 1)
+
+
 def node_topology(
     node_name: str,
     labels: Mapping[str, str],
@@ -178,9 +185,7 @@ def node_topology(
     2. the NUMA-count label with `status.capacity.cpu` and the SMT label;
     3. one NUMA node.
     """
-    smt = _label_bool(labels, SMT_LABEL)
-    # Xeon SMT is 2-way; without the NFD label we trust the cluster-wide setting.
-    tpc = default_threads_per_core if smt is None else (2 if smt else 1)
+    tpc = smt_label_width(labels, default_threads_per_core)
     try:
         total_cpus = cpu_milli(capacity_cpu) // 1000 if capacity_cpu is not None else 0
     except QuantityError:

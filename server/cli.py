@@ -10,8 +10,10 @@ import argparse
 import asyncio
 import errno
 import json
+import ipaddress
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -61,19 +63,14 @@ def snapshot_state(args: argparse.Namespace, settings: Settings) -> ClusterState
     return ClusterState.from_objects(snapshot_objects(args, log.warning), settings)
 
 
-def load_cluster(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]
-                 ) -> tuple[ClusterState, dict[str, list[Any]]]:
-    """The cluster state, and the nodes' taints where the source has them (kube-scheduler's filter)."""
+def load_cluster(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> ClusterState:
     if args.kubeconfig or args.in_cluster:
         from server.inputs import api_client, list_cluster
 
         state = ClusterState(settings)
         list_cluster(state, api_client(args.kubeconfig, args.in_cluster))
-        return state, {}
-    objects = snapshot_objects(args, say)
-    taints = {o["metadata"]["name"]: (o.get("spec") or {}).get("taints") or [] for o in objects
-              if o.get("kind") == "Node"}
-    return ClusterState.from_objects(objects, settings), taints
+        return state
+    return ClusterState.from_objects(snapshot_objects(args, say), settings)
 
 
 # -- commands ----------------------------------------------------------------------------------------
@@ -83,21 +80,20 @@ def run_render(args: argparse.Namespace, settings: Settings, say: Callable[[str]
     from server.render import dump_yaml, exit_code, print_text, render
 
     objects = load_manifests(args.file)  # before the cluster: a typo in FILE should not wait for a list
-    state, taints = load_cluster(args, settings, say)
-    results = render(objects, state, taints)
+    results = render(objects, load_cluster(args, settings, say))
     if args.output == "json":
-        print(json.dumps(results, indent=2, ensure_ascii=False))
+        write = lambda: print(json.dumps(results, indent=2, ensure_ascii=False))  # noqa: E731
     elif args.output == "yaml":
-        print(dump_yaml(results, many=True), end="")
+        write = lambda: print(dump_yaml(results, many=True), end="")  # noqa: E731
     else:
-        print_text(results)
-    return exit_code(results)
+        write = lambda: print_text(results)  # noqa: E731
+    return emit(write, exit_code(results))
 
 
 def run_report(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
     from server.report import print_table, report
 
-    state, _ = load_cluster(args, settings, say)
+    state = load_cluster(args, settings, say)
     if args.output == "json":
         print(json.dumps(report(state), indent=2, ensure_ascii=False))
     else:
@@ -109,7 +105,7 @@ def run_balloons_policy(args: argparse.Namespace, settings: Settings, say: Calla
     from server.policies import UnknownNode, balloons_policies
     from server.render import dump_yaml
 
-    state, _ = load_cluster(args, settings, say)
+    state = load_cluster(args, settings, say)
     try:
         policies = balloons_policies(state, args.nodes, args.namespace)
     except UnknownNode as exc:
@@ -122,7 +118,8 @@ def run_certs(args: argparse.Namespace) -> int:
     from certs import run_certs_command
 
     return run_certs_command(args.service, args.namespace, args.out, args.days, ca_cert=args.ca_cert,
-                             ca_key=args.ca_key, write_ca_key=args.write_ca_key, ca_days=args.ca_days)
+                             ca_key=args.ca_key, write_ca_key=args.write_ca_key, ca_days=args.ca_days,
+                             extra_sans=args.ip)
 
 
 def run_server(args: argparse.Namespace, settings: Settings) -> int:
@@ -131,7 +128,8 @@ def run_server(args: argparse.Namespace, settings: Settings) -> int:
     try:
         return asyncio.run(run(args, settings))
     except OSError as exc:
-        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+        # gaierror: --host names no address this machine can resolve (its errno is an EAI_* code).
+        if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
         raise
 
@@ -151,6 +149,13 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0-65535; 0 picks a free one)")
     return port
+
+
+def _ip(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IPv4 or IPv6 address") from None
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
@@ -249,6 +254,8 @@ def parser() -> argparse.ArgumentParser:
     _flag(c, "--write-ca-key", action="store_true", default=False,
           help="with a new CA, also write its key to DIR/ca.key (0600), to renew from it later")
     _flag(c, "--ca-days", type=_positive(int), default=3650, help="validity of a new CA")
+    _flag(c, "--ip", type=_ip, action="append", default=[], metavar="ADDRESS", shown="none",
+          help="also valid for this IP address (an extender or webhook reached by IP); repeatable")
 
     e = sub.add_parser("explain", help="one pending model pod: every node's numbers and the change that would fit it")
     e.add_argument("pod", metavar="POD", help="NAMESPACE/NAME, or NAME with -n")
@@ -286,14 +293,29 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 # -- main --------------------------------------------------------------------------------------------
 
+def emit(write: Callable[[], None], code: int) -> int:
+    """Print the answer; `code` stands when `| head` closes the pipe early (the verdict was reached before
+    a line was printed, so `render … | head -3` of a refused pod still exits 3)."""
+    try:
+        write()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+    return code
+
+
+def _quiet_stdout() -> None:
+    # What was wanted has been read. Point stdout at /dev/null so that the interpreter's final flush does
+    # not complain.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except BrokenPipeError:
-        # `| head` closed the pipe: what was wanted has been read. Point stdout at /dev/null so that the
-        # interpreter's final flush does not complain.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _quiet_stdout()
         return 0
     except KeyboardInterrupt:
         return 130
@@ -308,7 +330,6 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     logs.configure(args.log_level)
-    server = args.command in SERVERS
 
     def say(text: str) -> None:
         print(f"{PROG}: {text}", file=sys.stderr)
@@ -317,7 +338,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "certs":
             return run_certs(args)
         settings = load_settings(args.config)
-        if server:
+        if args.command in SERVERS:
             return run_server(args, settings)
         from server.explain import run_explain
 
@@ -325,10 +346,9 @@ def _main(argv: Sequence[str] | None) -> int:
                     "explain": run_explain}
         return commands[args.command](args, settings, say)
     except (InputError, ConfigError, ReloadError) as exc:
-        if server:
-            log.error(str(exc))  # a server's stderr is its log: JSON lines only
-        else:
-            say(str(exc))
+        # A server that cannot start says so like every other command: `kubectl logs` of a crash-looping
+        # pod shows the one sentence, not a JSON record to unpick.
+        say(str(exc))
         return 2
 
 

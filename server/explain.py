@@ -16,9 +16,10 @@ from typing import Any
 from extender.filter import describe_demand, explain as class_reason
 from extender.victims import Candidate, choose
 from placement import fit as fitmod
-from placement.cluster import ClusterState
+from placement.cluster import ClusterState, PodRecord
 from placement.config import Settings
 from placement.demand import ModelDemand
+from placement.eligibility import Eligibility
 from placement.ledger import NodeLedger
 
 # A request lowered to this can still not fit: the change is then not "ask for fewer CPUs".
@@ -77,9 +78,14 @@ def _change(state: ClusterState, demand: ModelDemand, ledger: NodeLedger, result
     return "none that the pod can make: the node would need more free model cores"
 
 
-def explain_pod(state: ClusterState, demand: ModelDemand) -> list[NodeVerdict]:
+def explain_pod(state: ClusterState, demand: ModelDemand, eligibility: Eligibility | None) -> list[NodeVerdict]:
     out = []
     for ledger in state.ledgers():
+        miss = eligibility.miss(state.nodes[ledger.name]) if eligibility is not None else None
+        if miss is not None:  # kube-scheduler's own filters: the extender is never asked about this node
+            out.append(NodeVerdict(ledger.name, False, fitmod.fmt_free(ledger, ledger.free()),
+                                   f"not offered by kube-scheduler: {miss.reason}", miss.change))
+            continue
         result = state.fit(demand, ledger)
         reason = "" if result.ok else class_reason(demand, result)
         out.append(NodeVerdict(ledger.name, result.ok, fitmod.fmt_free(ledger, ledger.free()), reason,
@@ -87,13 +93,13 @@ def explain_pod(state: ClusterState, demand: ModelDemand) -> list[NodeVerdict]:
     return out
 
 
-def find_pod(state: ClusterState, ref: str, namespace: str) -> tuple[str, ModelDemand | None, str | None]:
-    """POD as NAMESPACE/NAME or NAME (in `namespace`): its display name, demand and node; LookupError if absent."""
+def find_pod(state: ClusterState, ref: str, namespace: str) -> tuple[str, PodRecord]:
+    """POD as NAMESPACE/NAME or NAME (in `namespace`): its display name and record; LookupError if absent."""
     ns, _, name = ref.rpartition("/")
     ns = ns or namespace
     for rec in state.pods.values():
         if (rec.namespace, rec.name) == (ns, name):
-            return f"{ns}/{name}", rec.model, rec.node
+            return f"{ns}/{name}", rec
     raise LookupError(f"no pod {ns}/{name} in the cluster (give NAMESPACE/NAME, or -n NAMESPACE)")
 
 
@@ -101,18 +107,19 @@ def run_explain(args: argparse.Namespace, settings: Settings, say: Callable[[str
     from server.cli import load_cluster
     from server.inputs import InputError
 
-    state, _ = load_cluster(args, settings, say)
+    state = load_cluster(args, settings, say)
     try:
-        pod, demand, node = find_pod(state, args.pod, args.namespace)
+        pod, rec = find_pod(state, args.pod, args.namespace)
     except LookupError as exc:
         raise InputError(str(exc)) from None
+    demand, node = rec.model, rec.node
     if demand is None:
         say(f"{pod} is not a model pod: the extender passes every node for it")
         return 0
     if node is not None:
         say(f"{pod} is not pending: it is bound to node {node}")
         return 0
-    verdicts = explain_pod(state, demand)
+    verdicts = explain_pod(state, demand, rec.eligibility)
     if args.output == "json":
         print(json.dumps({"pod": pod, "nodes": [v.to_json() for v in verdicts]}, indent=2, ensure_ascii=False))
         return 0

@@ -201,18 +201,24 @@ def pod_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
 
 
-async def bind_pod(api: LoopApi, namespace: str, name: str, uid: str | None, node: str, *,
-                   timeout: float, connect_timeout: float) -> None:
+async def bind_pod(api: LoopApi, namespace: str, name: str, uid: str | None, node: str,
+                   annotations: dict[str, str] | None = None, *, timeout: float, connect_timeout: float) -> None:
     """Bind a pod to a node (``POST pods/{name}/binding``), as kube-scheduler's DefaultBinder does.
 
     ``uid`` (``metadata.uid`` of the Binding) is a precondition the apiserver checks, so a pod deleted and
     re-created under the same name since it was scheduled is not bound by mistake. Raises ``BindError`` with the
     apiserver's message, e.g. 409 ``Operation cannot be fulfilled on pods/binding "p": pod p is already assigned
     to node "n"``.
+
+    ``annotations`` land on the pod in the same write: the apiserver merges a Binding's metadata.annotations into
+    the pod's (BindingREST.setPodNodeAndMetadata in pkg/registry/core/pod/storage), so what the binding records
+    costs no second request and can never be missing from a bound pod.
     """
-    meta: dict[str, str] = {"name": name, "namespace": namespace}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if uid:
         meta["uid"] = uid
+    if annotations:
+        meta["annotations"] = annotations
     binding = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
     await api.call("POST", pod_path(namespace, name) + "/binding", body=binding, error=BindError,

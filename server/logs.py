@@ -39,3 +39,5 @@ def configure(level: str = "info") -> None:
     root.setLevel(level.upper())
     # aiohttp's access log duplicates ours, without the decision.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # urllib3 logs each of its retries; the caller's own line (the sentence, or the list's retry) says it once.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)

@@ -38,6 +38,9 @@ FREE_CORES = Gauge("model_placement_free_model_cores", "Free model cores, by NUM
 CAPACITY_CORES = Gauge("model_placement_model_cores", "Model core capacity, by NUMA-count class of node",
                        ["numa_nodes"])
 NODES = Gauge("model_placement_nodes", "Nodes in the ledger, by NUMA-count class", ["numa_nodes"])
+UNKNOWN_PLACEMENT = Gauge("model_placement_pods_of_unknown_placement",
+                          "Model pods with no recorded placement nor exported balloon, counted on every NUMA node "
+                          "they could use, by NUMA-count class of node", ["numa_nodes"])
 CERT_NOT_AFTER = Gauge("model_placement_serving_certificate_not_after_seconds",
                        "Expiry of the serving certificate new connections get (unix time)")
 
@@ -49,8 +52,10 @@ def refresh_ledger_totals(cluster: ClusterState) -> None:
     free: _Tally[str] = _Tally()
     cap: _Tally[str] = _Tally()
     nodes: _Tally[str] = _Tally()
+    unknown: _Tally[str] = _Tally()
     for ledger in cluster.ledgers():
         cls = str(ledger.topology.numa_count)
+        unknown[cls] += ledger.unsettled
         free[cls] += sum(ledger.free())
         cap[cls] += sum(ledger.capacity)
         nodes[cls] += 1
@@ -58,4 +63,5 @@ def refresh_ledger_totals(cluster: ClusterState) -> None:
         FREE_CORES.labels(cls).set(free[cls])
         CAPACITY_CORES.labels(cls).set(cap[cls])
         NODES.labels(cls).set(nodes[cls])
+        UNKNOWN_PLACEMENT.labels(cls).set(unknown[cls])
     _seen_classes.update(nodes)

@@ -17,8 +17,7 @@ import yaml
 from extender.filter import Judge, filter_nodes
 from extender.score import prioritize
 from placement.admission import WORKLOAD_KINDS, NotAdmissible, subject_of
-from placement.affinity import node_matches
-from placement.cluster import ClusterState, NodeInfo
+from placement.cluster import ClusterState
 from placement.mutation import mutate_pod
 from server.inputs import plural
 from webhook.patch import apply_patch
@@ -28,7 +27,6 @@ from webhook.routes import Context, Outcome, mutate_review, validate_review
 # Exit codes (DESIGN.md's command line).
 ADMITTED, BAD_INPUT, REFUSED = 0, 2, 3
 JUDGED = ("Pod", *WORKLOAD_KINDS)
-REQUIRED_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def admission_review(obj: Mapping[str, Any], uid: str, operation: str = "CREATE") -> dict[str, Any]:
@@ -57,12 +55,11 @@ def _verdict(outcome: Outcome | None) -> dict[str, Any]:
             "message": (response.get("status") or {}).get("message", ""), "warnings": response.get("warnings", [])}
 
 
-def render(objects: Sequence[Any], state: ClusterState, taints: Mapping[str, list[Any]] | None = None,
-           ) -> list[dict[str, Any]]:
-    return [render_one(obj, state, f"render-{i}", taints or {}) for i, obj in enumerate(objects, 1)]
+def render(objects: Sequence[Any], state: ClusterState) -> list[dict[str, Any]]:
+    return [render_one(obj, state, f"render-{i}") for i, obj in enumerate(objects, 1)]
 
 
-def render_one(obj: Any, state: ClusterState, uid: str, taints: Mapping[str, list[Any]]) -> dict[str, Any]:
+def render_one(obj: Any, state: ClusterState, uid: str) -> dict[str, Any]:
     kind = obj.get("kind") if isinstance(obj, Mapping) else None
     if kind not in JUDGED:
         return {"object": f"{kind or 'object without a kind'}", "exit": BAD_INPUT,
@@ -93,7 +90,9 @@ def render_one(obj: Any, state: ClusterState, uid: str, taints: Mapping[str, lis
         return entry  # nothing any node could be asked about
     pod = dict(subject.pod)
     if shape_problem(pod, POD_SHAPE) is None:  # what /mutate reads before it judges; the extender reads less
-        entry.update(_nodes(pod, state, taints))
+        entry.update(_nodes(pod, state))
+        if entry.get("excluded") and not entry["ranking"] and not entry["filtered"]:
+            entry["exit"] = REFUSED  # admitted (warn, skip), but kube-scheduler itself offers it no node
     if entry.get("demand"):
         entry["demand"]["replicas"] = subject.replicas
     return entry
@@ -126,23 +125,14 @@ def _with_template(workload: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[
 
 # -- which nodes, and why not the others -------------------------------------------------------------
 
-def _nodes(pod: Mapping[str, Any], state: ClusterState, taints: Mapping[str, list[Any]]) -> dict[str, Any]:
-    """The nodes kube-scheduler would offer the extender (its own filters first: affinity, cordons, taints),
-    then the extender's verdicts and scores for them."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+def _nodes(pod: Mapping[str, Any], state: ClusterState) -> dict[str, Any]:
+    """Every node: not offered by kube-scheduler (its own filters: cordons, taints, affinity), or the extender's
+    verdict and score; /filter applies the same eligibility rule, so one call answers both."""
     judge = Judge(state)
     ref = judge.read_pod(pod)
     if ref.demand is None:
         return {}
-    excluded: list[dict[str, str]] = []
-    candidates: list[str] = []
-    for name in sorted(state.nodes):
-        why = excluded_by(spec, state.nodes[name], taints.get(name) or [], state)
-        if why:
-            excluded.append({"node": name, "reason": why})
-        else:
-            candidates.append(name)
-    out = filter_nodes(judge, ref, candidates)
+    out = filter_nodes(judge, ref, sorted(state.nodes))
     scores = dict(zip(out.passed, prioritize(judge, ref, out.passed)))
     ranking = []
     for name in sorted(out.passed, key=lambda n: (-scores[n], n)):
@@ -150,10 +140,18 @@ def _nodes(pod: Mapping[str, Any], state: ClusterState, taints: Mapping[str, lis
         fit = state.fit(ref.demand, ledger) if ledger is not None else None
         ranking.append({"node": name, "score": scores[name],
                         "numa_cores": {str(n): c for n, c in fit.per_numa} if fit is not None else {}})
-    filtered = [{"node": n, "list": lst, "reason": why}
+    # The extender completes a reason with the most any node refused with it has free (the reason
+    # kube-scheduler gets, shown as is); each node's line adds the node's own free cores.
+    filtered = [{"node": n, "list": lst, "reason": why, "free": _free(state, n)}
                 for lst, reasons in (("FailedNodes", out.failed), ("FailedAndUnresolvableNodes", out.unresolvable))
-                for n, why in reasons.items()]
+                for n, why in reasons.items() if n not in out.ineligible]
+    excluded = [{"node": n, "reason": miss.reason} for n, miss in out.ineligible.items()]
     return {"demand": _demand(pod, state), "ranking": ranking, "filtered": filtered, "excluded": excluded}
+
+
+def _free(state: ClusterState, name: str) -> dict[str, int]:
+    ledger = state.ledger(name)
+    return {str(k): cores for k, cores in enumerate(ledger.free())} if ledger is not None else {}
 
 
 def _demand(pod: Mapping[str, Any], state: ClusterState) -> dict[str, Any]:
@@ -168,70 +166,20 @@ def _demand(pod: Mapping[str, Any], state: ClusterState) -> dict[str, Any]:
             "balloon_type": d.balloon_type, "preflight": d.preflight, "problems": list(d.problems)}
 
 
-def excluded_by(spec: Mapping[str, Any], node: NodeInfo, taints: list[Any], state: ClusterState) -> str:
-    """Why kube-scheduler would not even offer this node to the extender; "" when it would."""
-    if node.unschedulable:
-        return "cordoned (spec.unschedulable)"
-    if spec.get("nodeName") and spec["nodeName"] != node.name:
-        return f"the pod is pinned to node {spec['nodeName']}"
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if node.labels.get(key) != str(value):
-            return f"nodeSelector {key}={value}: {_has(node, key)}"
-    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(REQUIRED_AFFINITY) or {}) \
-        .get("nodeSelectorTerms")
-    if terms is not None and not node_matches(spec, node.name, node.labels):
-        return _affinity_miss(terms, node, state)
-    for taint in taints:
-        if isinstance(taint, Mapping) and taint.get("effect") in ("NoSchedule", "NoExecute") \
-                and not _tolerated(taint, spec.get("tolerations") or []):
-            value = f"={taint['value']}" if taint.get("value") else ""
-            return f"taint {taint.get('key')}{value}:{taint['effect']} is not tolerated"
-    return ""
-
-
-def _has(node: NodeInfo, key: str) -> str:
-    return f"the node has {key}={node.labels[key]}" if key in node.labels else f"the node has no label {key}"
-
-
-def _affinity_miss(terms: list[Any], node: NodeInfo, state: ClusterState) -> str:
-    """The first requirement of the first term that fails: with one term (ours adds to every term) it is
-    the reason; the AMX requirement is named as such."""
-    for term in terms:
-        for req in (term.get("matchExpressions") or []) if isinstance(term, Mapping) else []:
-            single = {"affinity": {"nodeAffinity": {REQUIRED_AFFINITY: {"nodeSelectorTerms": [
-                {"matchExpressions": [req]}]}}}}
-            if not node_matches(single, node.name, node.labels):
-                key = str(req.get("key"))
-                if key == state.settings.amx_node_label:
-                    return (f"no AMX ({_has(node, key)}; AMX is required: require_amx, or the pod's "
-                            "model-manager.io/require-amx annotation)")
-                values = req.get("values") or []
-                shown = f" {','.join(map(str, values))}" if values else ""
-                return f"required node affinity {key} {req.get('operator')}{shown}: {_has(node, key)}"
-    return "required node affinity: no nodeSelectorTerm matches the node"
-
-
-def _tolerated(taint: Mapping[str, Any], tolerations: list[Any]) -> bool:
-    for t in tolerations:
-        if not isinstance(t, Mapping):
-            continue
-        if t.get("effect") and t["effect"] != taint.get("effect"):
-            continue
-        if t.get("operator") == "Exists":
-            if not t.get("key") or t["key"] == taint.get("key"):
-                return True
-        elif t.get("key") == taint.get("key") and str(t.get("value") or "") == str(taint.get("value") or ""):
-            return True
-    return False
-
-
 # -- output ------------------------------------------------------------------------------------------
 
+class _Dumper(yaml.SafeDumper):
+    """Never `&id001` / `*id001`: an object shown twice (a template's spec and the pod's) is written out
+    twice, as kubectl would, so a reader or `kubectl apply -f` of a piece of it needs no anchor."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def dump_yaml(value: Any, many: bool = False) -> str:
-    """YAML as a person reads it: unicode as unicode, keys in their order."""
-    if many:
-        return yaml.safe_dump_all(value, sort_keys=False, width=120, allow_unicode=True)
-    return yaml.safe_dump(value, sort_keys=False, width=120, allow_unicode=True)
+    """YAML as a person reads it: unicode as unicode, keys in their order, no aliases."""
+    return yaml.dump_all(value if many else [value], Dumper=_Dumper, sort_keys=False, width=120,
+                         allow_unicode=True)
 
 
 WIDTH = 120
@@ -252,10 +200,15 @@ def print_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
             continue
         d = entry.get("demand")
         if d:
-            reason = f" (requested {d['requested_policy']}: {d['reason']})" if d["reason"] else ""
+            if d["problems"]:  # nothing is resolved for a spec that must be fixed first (the verdict says why)
+                placed = f"policy {d['requested_policy']} requested, no balloon until the spec is fixed"
+            else:
+                reason = f" (requested {d['requested_policy']}: {d['reason']})" if d["reason"] else ""
+                balloon = f", balloon {d['balloon_type']}" if d["policy"] == "nri-balloons" else ""
+                placed = f"policy {d['policy']}{reason}{balloon}"
             _say(out, f"demand:  model container {d['model_container']!r}, {d['cpus']} CPUs, TP={d['tp']} "
-                      f"({d['tp_source']}), policy {d['policy']}{reason}, balloon {d['balloon_type']}, "
-                      f"{plural(d['replicas'], 'replica')}, preflight {d['preflight']}", hang=9)
+                      f"({d['tp_source']}), {placed}, {plural(d['replicas'], 'replica')}, preflight {d['preflight']}",
+                 hang=9)
         v = entry["verdict"]
         print(f"verdict: {'ADMITTED' if v['allowed'] else 'REFUSED'} [{v['reason']}]", file=out)
         if v["message"]:
@@ -270,9 +223,13 @@ def print_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
                 numa = ", ".join(f"NUMA {n}: {plural(c, 'core')}" for n, c in r["numa_cores"].items())
                 _say(out, f"{i:>2}. {r['node']:<16} score {r['score']:>2}/10  {numa or 'shared pool'}", 2, 21)
             for f in entry["filtered"]:
-                _say(out, f" -  {f['node']:<16} {f['list']}: {f['reason']}", 2, 21)
+                own = ", ".join(f"NUMA {n}: {c}" for n, c in f["free"].items())
+                _say(out, f" -  {f['node']:<16} {f['list']}: {f['reason']}" + (f" [this node has free: {own} cores]"
+                                                                             if own else ""), 2, 21)
             for x in entry["excluded"]:
                 _say(out, f" x  {x['node']:<16} not offered by kube-scheduler: {x['reason']}", 2, 21)
+            if entry["excluded"] and not entry["ranking"] and not entry["filtered"]:
+                _say(out, "kube-scheduler offers it none of these nodes: it would stay Pending.", 2)
         print(f"patch (/mutate): {plural(len(entry['patch']), 'operation')}", file=out)
         print("mutated object:", file=out)
         print("  " + dump_yaml(entry["mutated"]).replace("\n", "\n  ").rstrip(), file=out)

@@ -19,7 +19,9 @@ POD_TITLE = "MODEL PODS (balloon, cores held here)"
 LEGEND = ("CORES: physical cores of the NUMA node that no reserved CPU touches (what model pods can hold). "
           "FREE: of those, not held by model pods nor lent to the shared pool. MEM: free memory a model rank could "
           "still pin there. assumed: bound by the extender, not yet seen running. observed: where the NRI plugin "
-          "reports it; '!' marks a pod it spread or put on shared cores.")
+          "reports it; '!' marks a pod it spread or put on shared cores. placement unknown: no recorded placement "
+          "(bound by another scheduler or before the install) nor exported balloon: counted on every NUMA node it "
+          "could use.")
 
 
 def report(state: ClusterState) -> list[dict[str, Any]]:
@@ -79,6 +81,7 @@ def print_table(state: ClusterState, out: Any = sys.stdout) -> None:
         for numa in ledger.topology.numa_nodes:
             pods = [f"{'!' if h.note else ''}{h.pod.split('/', 1)[-1]} ({h.balloon_type or 'kubelet-static'}, {c}"
                     f"{', assumed' if h.assumed else ''}{', observed' if h.observed else ''}"
+                    f"{', placement unknown' if h.unknown else ''}"
                     f"{': ' + h.note if h.note else ''})"
                     for h in ledger.holdings.values() for n, c in h.per_numa if n == numa.id]
             values = [str(numa.id), str(numa.cpus), str(ledger.reserved & numa.cpus) or "-",

@@ -1,7 +1,9 @@
-"""The webhook and the extender never disagree: for random model pods on the demo fleet, /validate (in
-enforce mode) admits without reservation exactly when /filter finds at least one feasible node among the nodes
-kube-scheduler's own NodeAffinity filter would send it; a controller's pod it admits to wait Pending is one /filter
-turns away only for what is held now (FailedNodes), never for what no node could ever hold."""
+"""The webhook and the extender never disagree: for random model pods on the demo fleet, and on the demo fleet
+with taints and a cordon, /validate (in enforce mode) admits without reservation exactly when /filter, asked about
+every node, finds at least one feasible node; a controller's pod it admits to wait Pending is one /filter turns away
+only for what is held now (FailedNodes), never for what no node could ever hold; the nodes /filter says
+kube-scheduler would not offer are those its own filters (cordons, taints, nodeSelector, node affinity with the AMX
+requirement) refuse."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ from typing import Any
 
 import aiohttp
 import jsonpatch
+import pytest
 
-from placement.affinity import node_matches
 from placement.cluster import ClusterState
+from placement.config import Settings
 from server.app import Runtime
-from tests.conftest import fixture_json
+from tests.conftest import TOLERATIONS, fixture_json, tainted
 from tests.support.servers import serving
 
 CASES = 160
@@ -41,16 +44,23 @@ def random_pod(rng: random.Random, i: int, nodes: list[str]) -> dict[str, Any]:
         annotations["model-manager.io/node"] = rng.choice(nodes)
     if rng.random() < 0.1:
         pod["spec"]["nodeSelector"] = {"feature.node.kubernetes.io/memory-numa.node_count": rng.choice(["2", "4"])}
+    if rng.random() < 0.4:
+        pod["spec"]["tolerations"] = copy.deepcopy(rng.choice(TOLERATIONS))
     meta["annotations"] = annotations
     if rng.random() < 0.5:
         del meta["ownerReferences"]  # a person's pod
     return pod
 
 
-async def test_validate_admits_exactly_when_filter_finds_a_node(demo: ClusterState, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fleet", ["demo", "tainted"])
+async def test_validate_admits_exactly_when_filter_finds_a_node(fleet: str, demo_objects: list[dict[str, Any]],
+                                                               tmp_path: Path) -> None:
+    demo = ClusterState.from_objects(tainted(demo_objects) if fleet == "tainted" else demo_objects, Settings())
     rng = random.Random(20261202)
     names = sorted(demo.nodes)
     admitted = refused = waiting = 0
+    why: dict[str, int] = {}  # reasons nodes were not offered, by kind
+    tolerated = 0  # admitted pods that a tainted node passed for
     async with serving(Runtime(demo.settings, demo), "serve", tmp_path) as srv, aiohttp.ClientSession() as http:
         kw = srv.request_kwargs()
 
@@ -74,20 +84,34 @@ async def test_validate_admits_exactly_when_filter_finds_a_node(demo: ClusterSta
             review["request"].update(uid=f"validate-{i}", name=pod["metadata"]["name"], object=pod)
             verdict = (await post("/validate", review))["response"]
 
-            # kube-scheduler's own filters (NodeAffinity, nodeSelector) decide what reaches the extender.
-            candidates = [n for n in names if node_matches(pod["spec"], n, demo.nodes[n].labels)]
-            filtered = await post("/filter", {"Pod": pod, "Nodes": None, "NodeNames": candidates})
+            filtered = await post("/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
             feasible = filtered["NodeNames"] or []
+            message = verdict.get("status", {}).get("message", "")
             waits = "it waits Pending" in pod["metadata"]["annotations"].get(MESSAGE, "")
             assert (verdict["allowed"] and not waits) == bool(feasible), (
-                i, verdict.get("status", {}).get("message"), feasible, filtered["FailedNodes"],
-                filtered["FailedAndUnresolvableNodes"])
+                i, message, feasible, filtered["FailedNodes"], filtered["FailedAndUnresolvableNodes"])
             if waits:
                 assert verdict["allowed"] and "ownerReferences" in pod["metadata"] and filtered["FailedNodes"], (
                     i, pod["metadata"]["annotations"][MESSAGE], filtered)
                 waiting += 1
+            unoffered = {n: r for n, r in filtered["FailedAndUnresolvableNodes"].items()
+                         if r.startswith(("taint ", "cordoned", "no AMX", "nodeSelector", "required node affinity"))}
+            for reason in unoffered.values():
+                kind = reason.split(" ")[0]
+                why[kind] = why.get(kind, 0) + 1
+            if not verdict["allowed"] and len(unoffered) == len(names):
+                # Refused because kube-scheduler offers it nothing: the refusal says so, with the reasons.
+                assert verdict["status"]["message"].count("kube-scheduler would offer it none of the 7 nodes"), message
+                pinned = [r for r in unoffered.values() if "metadata.name In" not in r]  # a pin is named last
+                assert max(pinned or unoffered.values(), key=list(unoffered.values()).count) in message, message
+            tolerated += any(n in demo.nodes and demo.nodes[n].taints for n in feasible)
             admitted += verdict["allowed"] and not waits
             refused += not verdict["allowed"]
-    # Both answers occurred often enough for the agreement to mean something.
-    print(f"agreement: {admitted} admitted, {waiting} admitted to wait, {refused} refused, all matching /filter")
-    assert admitted > CASES // 5 and refused > CASES // 5 and waiting > CASES // 20, (admitted, refused, waiting)
+    # Every answer occurred often enough for the agreement to mean something.
+    print(f"agreement ({fleet}): {admitted} admitted, {waiting} admitted to wait, {refused} refused, all matching "
+          f"/filter; not offered: {why}; {tolerated} admitted with a tainted node feasible")
+    # The tainted fleet offers few nodes (and on mixed SMT widths a pod is pinned to one width): an eighth each.
+    assert admitted > CASES // 8 and refused > CASES // 8 and waiting > CASES // 20, (admitted, refused, waiting)
+    assert why.get("no", 0) > 0  # "no AMX": cpu-icx, for every pod that requires it
+    if fleet == "tainted":
+        assert why.get("taint", 0) > CASES and why.get("cordoned", 0) > 0 and tolerated > 0, (why, tolerated)

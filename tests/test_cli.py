@@ -47,11 +47,14 @@ def test_render_admits_and_ranks_the_tp1_kserve_pod() -> None:
     ann = entry["mutated"]["metadata"]["annotations"]
     assert ann["balloon.balloons.resource-policy.nri.io/container.kserve-container"] == "vllm-balloon-tp1"
     assert entry["ranking"] and entry["ranking"] == sorted(entry["ranking"], key=lambda r: -r["score"])
-    # Every node is accounted for: ranked, filtered by the extender, or not offered (cpu-icx has no AMX).
+    # Every node is accounted for: ranked, filtered by the extender, or not offered (cpu-icx has no AMX; cpu-nosmt
+    # has SMT off, and the request is sized for the SMT-2 nodes, which the pod's node affinity now says).
     named = [r["node"] for r in entry["ranking"]] + [f["node"] for f in entry["filtered"]]
-    assert entry["excluded"] == [{"node": "cpu-icx", "reason": entry["excluded"][0]["reason"]}]
-    assert entry["excluded"][0]["reason"].startswith("no AMX (the node has no label ")
-    assert sorted(named + ["cpu-icx"]) == ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-nosmt", "cpu-snc4"]
+    excluded = {e["node"]: e["reason"] for e in entry["excluded"]}
+    assert sorted(excluded) == ["cpu-icx", "cpu-nosmt"]
+    assert excluded["cpu-icx"].startswith("no AMX (the node has no label ")
+    assert "cpu-hardware_multithreading NotIn false" in excluded["cpu-nosmt"]
+    assert sorted(named + list(excluded)) == ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-nosmt", "cpu-snc4"]
 
 
 def test_render_refuses_the_tp4_pod_with_numbers_and_exit_code() -> None:
@@ -116,3 +119,25 @@ def test_render_text_fits_120_columns() -> None:
     head = out.stdout.split("mutated object:")[0].splitlines()
     assert max(map(len, head)) <= 120 and any(line.startswith("   x  cpu-icx ") for line in head)
     assert "1 replica," in out.stdout and "1 replicas" not in out.stdout
+
+
+def test_report_counts_a_pod_of_unknown_placement_on_every_numa_node_it_could_use(tmp_path: Path) -> None:
+    """The demo fleet as a cluster where model-placement was installed after the pods were bound: no pod carries
+    the placement /bind records, and no NodeResourceTopology exports balloons, so none can be known."""
+    from placement.ledger import PLACEMENT
+    from server.cli import demo_text
+
+    fleet = yaml.safe_load(demo_text())
+    for obj in fleet["items"]:
+        if obj["kind"] == "Pod":
+            obj["metadata"].get("annotations", {}).pop(PLACEMENT, None)
+    path = tmp_path / "installed-late.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    nodes = {n["node"]: n for n in json.loads(run("report", "--cluster", str(path), "-o", "json").stdout)}
+    # mistral-7b (TP=2, 16 cores a rank) could be on any two of cpu-snc4's four NUMA nodes: 16 counted on each.
+    assert [n["free"] for n in nodes["cpu-snc4"]["numa"]] == [6, 6, 6, 6]
+    held = [h for n in nodes["cpu-snc4"]["numa"] for h in n["held"]]
+    assert held and all(h.get("placement") == "unknown" for h in held)
+    table = run("report", "--cluster", str(path)).stdout
+    flat = " ".join(table.split())  # the pods column wraps after commas
+    assert flat.count("mistral-7b-predictor-58d4c-fghij (vllm-balloon-tp2, 16, placement unknown)") == 4, table

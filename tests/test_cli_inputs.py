@@ -110,6 +110,44 @@ def test_broken_pipe_is_a_quiet_exit() -> None:
     assert "Broken pipe" not in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_unknown_environment_setting_stops_the_process() -> None:
+    refused(run("report", env={"MM_NOSUCH_KEY": "1"}),
+            "model-placement: invalid configuration: MM_NOSUCH_KEY is not a setting; known variables: ")
+    out = run("serve", "--insecure-http", "--port", "0", env={"MM_NRI_PREFLIGTH": "warn"})
+    refused(out, "model-placement: invalid configuration: MM_NRI_PREFLIGTH is not a setting")
+
+
+def test_refused_render_into_head_keeps_exit_3() -> None:
+    proc = subprocess.run(["/bin/bash", "-o", "pipefail", "-c",
+                           f"{' '.join(command())} render {ROOT / 'examples/tp4-too-big.yaml'} | head -3"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert "Broken pipe" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_render_yaml_has_no_anchors() -> None:
+    out = run("render", str(ROOT / "examples/deployment-tp2.yaml"), "-o", "yaml")
+    assert out.returncode == 0, out.stderr
+    assert not re.search(r"[&*]id\d+", out.stdout), out.stdout[:2000]
+    [entry] = list(yaml.safe_load_all(out.stdout))
+    assert entry["mutated"]["spec"]["template"]["spec"]["containers"][0]["name"] == "main"
+
+
+def test_certs_with_ip_sans(tmp_path: Path) -> None:
+    from cryptography import x509
+    import ipaddress
+
+    out = run("certs", "--service", "svc", "--namespace", "ns", "--out", str(tmp_path), "--ip", "10.0.0.7",
+              "--ip", "::1")
+    assert out.returncode == 0, out.stderr
+    assert "valid for: svc, svc.ns, svc.ns.svc, svc.ns.svc.cluster.local, 10.0.0.7, ::1" in out.stdout
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.0.0.7"), ipaddress.ip_address("::1")]
+    refused(run("certs", "--service", "svc", "--namespace", "ns", "--out", str(tmp_path), "--ip", "10.0.0.300"),
+            "model-placement: argument --ip: '10.0.0.300' is not an IPv4 or IPv6 address")
+
+
 # -- certificates at start-up --------------------------------------------------------------------------
 
 def serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -120,7 +158,9 @@ def test_missing_certificate_file(tmp_path: Path) -> None:
     bundle = write_bundle("model-placement-webhook", "model-placement", tmp_path)
     out = serve("--tls-cert", "/nonexistent.crt", "--tls-key", str(bundle.key_file))
     refused(out, "cannot read the TLS certificate (--tls-cert) /nonexistent.crt: No such file or directory")
-    assert json.loads(out.stderr.splitlines()[-1])["level"] == "error"  # a server's stderr is its JSON log
+    # The same sentence every command prints, not a JSON record: what `kubectl logs` of a crash loop shows.
+    assert out.stderr.splitlines()[-1] == ("model-placement: cannot read the TLS certificate (--tls-cert) "
+                                           "/nonexistent.crt: No such file or directory")
 
 
 def test_ca_certificate_given_as_the_key(tmp_path: Path) -> None:
@@ -147,6 +187,12 @@ def test_port_in_use() -> None:
         port = taken.getsockname()[1]
         out = run("serve", "--insecure-http", "--host", "127.0.0.1", "--port", str(port))
     refused(out, f"cannot listen on 127.0.0.1:{port}: ")
+
+
+def test_host_that_does_not_resolve() -> None:
+    out = run("webhook", "--insecure-http", "--host", "nosuchhost.invalid")
+    refused(out, "model-placement: cannot listen on nosuchhost.invalid:8443: ")
+    assert out.stderr.splitlines()[-1].startswith("model-placement: cannot listen")
 
 
 def test_certs_with_a_broken_ca(tmp_path: Path) -> None:
@@ -200,6 +246,7 @@ def test_unreachable_apiserver(tmp_path: Path) -> None:
     out = run("report", "--kubeconfig", str(kubeconfig(tmp_path, f"https://127.0.0.1:{port}")))
     refused(out, f"model-placement: cannot reach the apiserver at https://127.0.0.1:{port}: ")
     assert "Connection refused" in out.stderr
+    assert len(out.stderr.splitlines()) == 1, out.stderr  # not urllib3's retries first
 
 
 # -- --cluster files ---------------------------------------------------------------------------------
@@ -300,6 +347,27 @@ def test_render_invalid_tp_is_refused_like_the_server() -> None:
     assert entry["patch"] == [] and entry["mutated"] == pod  # /mutate leaves a faulty pod as it was
     assert entry["ranking"] == []  # and /filter refuses every node
     assert {f["list"] for f in entry["filtered"]} == {"FailedAndUnresolvableNodes"}
+
+
+def test_render_invalid_tp_demand_names_no_policy_it_did_not_resolve() -> None:
+    pod = model_pod(**{"model-manager.io/tensor-parallel-size": "3"})
+    out = run("render", "-", stdin=yaml.safe_dump(pod))
+    assert out.returncode == 3, out.stderr
+    demand = " ".join(out.stdout.split("verdict:")[0].split())
+    assert "policy nri-balloons requested, no balloon until the spec is fixed" in demand, demand
+    assert "best-effort" not in demand and "vllm-balloon-tp3" not in demand and "nri-resolution-failed" not in demand
+
+
+def test_render_cites_each_refused_nodes_own_free_cores() -> None:
+    out = run("render", str(ROOT / "examples/deployment-tp2.yaml"))
+    assert out.returncode == 0, out.stderr
+    lines = " ".join(out.stdout.split()).split(" - ")
+    [full] = [line for line in lines if line.startswith("cpu-full ")]
+    [a2] = [line for line in lines if line.startswith("cpu-a2 ")]
+    # report: cpu-full has 3 cores free on NUMA node 0 and 1 on NUMA node 1, cpu-a2 13 and 29; the reason itself is
+    # what kube-scheduler is told for the class (the most any such node has), the node's own figures follow it.
+    assert full.split(" x ")[0].endswith("[this node has free: NUMA 0: 3, NUMA 1: 1 cores]"), full
+    assert a2.endswith("[this node has free: NUMA 0: 13, NUMA 1: 29 cores]"), a2
 
 
 def test_render_unparsable_cpu_gets_no_balloon() -> None:

@@ -134,16 +134,20 @@ def test_shared_pool_request_follows_kubelet_effective_request() -> None:
                                {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}}],
             "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}},
                            {"name": "b", "resources": {"limits": {"cpu": "2"}}}]}
-    assert pod_shared_cpu_milli(spec) == 4000  # the init container's peak beats 1 + 2 + 0.5
-    spec["initContainers"][0]["resources"]["requests"]["cpu"] = "1"
+    # While it initializes, the init container's 4 (it runs before the sidecar starts) beats 1 + 2 + 0.5; once the
+    # pod runs, only the app containers and the sidecar hold CPUs.
+    assert pod_shared_cpu_milli(spec, initializing=True) == 4000
     assert pod_shared_cpu_milli(spec) == 3500
+    spec["initContainers"][0]["resources"]["requests"]["cpu"] = "1"
+    assert pod_shared_cpu_milli(spec, initializing=True) == 3500
 
 
 def test_shared_pool_request_reads_any_mapping_and_skips_what_is_not_a_container() -> None:
     spec = {"containers": [MappingProxyType({"name": "a", "resources": {"requests": {"cpu": "1"}}}), "junk", None,
                            {"name": "b", "resources": {"requests": {"cpu": "bad"}}}],
             "initContainers": [7, MappingProxyType({"name": "i", "resources": {"limits": {"cpu": "3"}}})]}
-    assert pod_shared_cpu_milli(spec) == 3000  # the init container's 3 beats the 1 (+ 0 for the bad quantity)
+    assert pod_shared_cpu_milli(spec, initializing=True) == 3000  # the init's 3 beats the 1 (+ 0 for the bad one)
+    assert pod_shared_cpu_milli(spec) == 1000
     spec["initContainers"] = None
     assert pod_shared_cpu_milli(spec) == 1000
 

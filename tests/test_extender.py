@@ -275,12 +275,16 @@ async def test_each_refusal_goes_to_the_list_that_matches_what_preemption_can_do
         assert list(answer[where]) == [node] and answer[other] == {}, answer
         message = answer[where][node]
         assert phrase in message, message
-        # Names neither the node nor the pod (kube-scheduler counts identical reasons into its summary), but
-        # the demand; a refusal eviction could change carries the number of its class.
+        # Never names the node (kube-scheduler counts identical reasons into its summary), but the demand; a
+        # refusal eviction could change carries the number of its class, the fix, and where the per-node numbers
+        # are: the pod's name only there, the same for every node of the call.
         # (A BalloonsPolicy of the node's own is named node.NAME: the policy, quoted by its name.)
-        assert node not in message.replace(f"/node.{node}", "") and pod["metadata"]["name"] not in message, message
+        assert node not in message.replace(f"/node.{node}", ""), message
         assert "CPUs" in message or "cores" in message
         assert ("the most any such node has free" in message) == (where == "FailedNodes"), message
+        explain = f"`model-placement explain llm-inference/{pod['metadata']['name']}` lists every node"
+        assert message.replace(explain, "").count(pod["metadata"]["name"]) == 0, message
+        assert (explain in message and "wait for free cores or lower cpu" in message) == (where == "FailedNodes"), message
 
 
 async def test_model_pod_with_unreadable_spec_is_unresolvable_everywhere_with_the_reason(ext: Ext) -> None:
@@ -542,6 +546,7 @@ async def test_a_thousand_nodes_of_three_shapes_refuse_in_a_few_sentences_that_n
     """kube-scheduler counts identical reasons into "0/1000 nodes are available: 640 <reason>, …": with a reason
     per node its summary would be ~90 KB of sentences, and the event (cut at 1,024 characters) five nodes."""
     from tests.support.fakeapi import balloons_policy_obj, node_obj
+    from tests.support.placed import bound_by_us
 
     shapes = [(2, 128), (2, 512), (4, 192)]  # (NUMA nodes, CPUs): 32, 128 and 24 cores per NUMA node (SMT 2)
     objects: list[Obj] = [balloons_policy_obj()]
@@ -555,7 +560,7 @@ async def test_a_thousand_nodes_of_three_shapes_refuse_in_a_few_sentences_that_n
                 pod["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{k:02d}Z"
                 pod["status"] = {"phase": "Running"}
                 objects.append(pod)
-    ext = await make_ext(objects)
+    ext = await make_ext(bound_by_us(objects))
     names = [f"worker-{i:04d}" for i in range(1000)]
     answer = await ext.filter(model_pod("big-model", cpus=100), names)  # 50 cores on one NUMA node
     assert answer["NodeNames"] == [] and answer["Error"] == ""
@@ -564,12 +569,13 @@ async def test_a_thousand_nodes_of_three_shapes_refuse_in_a_few_sentences_that_n
     distinct = set(reasons.values())
     assert len(distinct) <= 6, distinct
     assert not any(n in text for n in names for text in distinct)
-    assert not any("big-model" in text for text in distinct)
+    assert not any("big-model" in text.replace("`model-placement explain llm-inference/big-model`", "")
+                   for text in distinct)
     # Each class of refusal says what it needs and, when eviction could help, the most any of its nodes has.
     resolvable = set(answer["FailedNodes"].values())
     assert resolvable and all("needs 50 free cores" in t and "the most any such node has free" in t
                               for t in resolvable)
     most = max(max(ext.cluster.ledger(n).free()) for n in answer["FailedNodes"])  # type: ignore[union-attr]
-    assert any(t.endswith(f" is {most}") for t in resolvable)
+    assert any(f" is {most}; wait for free cores" in t for t in resolvable)
     summary = ", ".join(f"{list(reasons.values()).count(t)} {t}" for t in sorted(distinct))
     assert len(f"0/1000 nodes are available: {summary}.") < 1024, summary

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from server.cli import demo_text, load_objects
+from tests.conftest import tainted
 from tests.test_extender import model_pod
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +55,29 @@ def test_a_pod_that_is_not_there_bound_or_not_a_model_is_one_sentence(tmp_path: 
     assert missing.stderr.strip().endswith("no pod llm/nope in the cluster (give NAMESPACE/NAME, or -n NAMESPACE)")
     bound = cli("--cluster", demo, "explain", "llm/qwen-14b-predictor-7f6d5-klmno")
     assert bound.returncode == 0 and "is not pending: it is bound to node cpu-full" in bound.stderr
+
+
+def test_nodes_kube_scheduler_would_not_offer_are_named_so_not_said_to_fit(tmp_path: Path) -> None:
+    """On a live cluster explain once said a node without AMX "fits now" while kube-scheduler said it did not match
+    the pod's node affinity: the pod as the webhook left it (AMX required), on the demo fleet with taints."""
+    pending = model_pod("amx-model", cpus=16)
+    pending["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "feature.node.kubernetes.io/cpu-security.amx.enabled", "operator": "In", "values": ["true"]}]}]}}}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List",
+                                "items": tainted(load_objects(demo_text())) + [pending]}))
+    done = cli("--cluster", str(path), "explain", "llm-inference/amx-model", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    nodes = {n["node"]: n for n in json.loads(done.stdout)["nodes"]}
+    assert not nodes["cpu-icx"]["fits"] and nodes["cpu-icx"]["reason"].startswith(
+        "not offered by kube-scheduler: no AMX (the node has no label feature.node.kubernetes.io/cpu-security.amx")
+    assert nodes["cpu-icx"]["change"].startswith('set model-manager.io/require-amx: "false"')
+    assert nodes["cpu-a1"]["reason"] == "not offered by kube-scheduler: taint dedicated=inference:NoSchedule is not " \
+                                        "tolerated" and not nodes["cpu-a1"]["fits"]
+    # The fixture pod tolerates not-ready and unreachable for NoExecute (the apiserver's defaults), not maintenance.
+    assert nodes["cpu-a2"]["reason"] == "not offered by kube-scheduler: taint maintenance:NoExecute is not tolerated"
+    assert nodes["cpu-b1"]["reason"] == "not offered by kube-scheduler: cordoned (spec.unschedulable)"
+    # PreferNoSchedule only scores: the node is offered, and the pod fits there.
+    assert nodes["cpu-snc4"]["fits"] and nodes["cpu-snc4"]["change"].startswith("fits now")
+    assert {n for n, v in nodes.items() if v["fits"]} == {"cpu-snc4", "cpu-nosmt"}

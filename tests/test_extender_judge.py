@@ -61,7 +61,8 @@ def judged(judge: Judge, p: Obj, names: list[str]) -> dict[str, tuple[bool, bool
         if name in out.passed:
             result[name] = (True, True, scores[name], "")
         elif name in out.failed:
-            message, number = out.failed[name].rsplit("; the most any such node has free", 1)
+            message, number = out.failed[name].split("; wait for free cores")[0].rsplit(
+                "; the most any such node has free", 1)
             assert any(word.isdigit() for word in number.split())
             result[name] = (False, True, scores[name], message)
         else:

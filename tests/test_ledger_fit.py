@@ -88,7 +88,9 @@ def test_refusal_names_the_class_not_the_node_and_is_resolvable_when_other_pods_
     fitmod.place(led, "b", demand(24), 2, "MostAllocated")
     again = fitmod.fit(demand(24), led, 2, "MostAllocated")  # NUMA 0's turn: 5 free, 12 needed
     assert not again.ok and again.check == fitmod.INSUFFICIENT_FREE and again.resolvable
-    assert "vllm-numa-0 is carved from NUMA node 0 and needs 12 free cores there" in again.reason
+    assert "the balloons policy puts a rank on NUMA node 0 (or, lacking room there, another), which needs 12 free " \
+        "cores on one NUMA node" in again.reason
+    assert "vllm-numa" not in again.reason  # the generated policy's component types are not the user's words
     assert "n1" not in again.reason and "llm/" not in again.reason
 
 

@@ -36,7 +36,11 @@ import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from certs import Issued, make_ca, make_serving_cert
+from placement.cluster import ClusterState
+from placement.config import Settings
+from placement.mutation import mutate_pod
 from tests.support.fakeapi import FakeApiServer, balloons_policy_obj, node_obj, nrt_obj, pod_obj
+from tests.support.placed import bound_by_us
 from tests.support.process import ServerProcess
 from tests.support.servers import NAMESPACE, SERVER_NAME, SERVICE
 from tests.test_certs import client_context, handshakes
@@ -48,7 +52,7 @@ REQUESTS = int(os.environ.get("MP_LOAD_REQUESTS", "10000"))
 CONCURRENCY = 64
 NODES = [f"node-{i:02d}" for i in range(40)]
 MODEL_NS = "llm"
-FOOTPRINT = {1: 2, 2: 4}  # TP -> CPUs requested; a balloon holds them as whole cores: half as many cores
+FOOTPRINT = {1: 2, 2: 4}  # TP -> cpu: N as written: N cores (the webhook requests 2N CPUs on these SMT-2 nodes)
 
 Obj = dict[str, Any]
 
@@ -73,13 +77,18 @@ def pending_pods(n: int) -> list[Obj]:
 def seed(fake: FakeApiServer, pods: list[Obj]) -> list[Obj]:
     """40 two-socket nodes (62 model cores each after 2 reserved), a model pod and a web pod running on
     each, and the pending pods. Returns the running model pods."""
-    fake.load("Node", [node_obj(n) for n in NODES])
-    fake.load("NodeResourceTopology", [nrt_obj(n) for n in NODES])
-    fake.load("BalloonsPolicy", [balloons_policy_obj()])
-    running = [pod_obj(f"serving-{i:02d}-7c9d8f6b5d-abcde", namespace=MODEL_NS, node=n, model="qwen", tp=2,
-                       cpu="8", memory="32Gi", created=i) for i, n in enumerate(NODES)]
+    fleet = [node_obj(n) for n in NODES] + [nrt_obj(n) for n in NODES] + [balloons_policy_obj()]
+    fake.load("Node", fleet[:len(NODES)])
+    fake.load("NodeResourceTopology", fleet[len(NODES):-1])
+    fake.load("BalloonsPolicy", fleet[-1:])
+    # Bound by our extender before this process started: each carries its recorded placement.
+    running = bound_by_us([*fleet, *(pod_obj(f"serving-{i:02d}-7c9d8f6b5d-abcde", namespace=MODEL_NS, node=n,
+                                             model="qwen", tp=2, cpu="8", memory="32Gi", created=i)
+                                     for i, n in enumerate(NODES))])[len(fleet):]
     web = [pod_obj(f"web-{i:02d}-5d8f7c6b9-fghij", namespace="shop", node=n, created=i) for i, n in enumerate(NODES)]
-    fake.load("Pod", running + web + pods)
+    # The apiserver stores each pending pod as our mutating webhook left it (the load sends /mutate the pod as written).
+    state = ClusterState.from_objects([*fleet, *running, *web], Settings())
+    fake.load("Pod", running + web + [mutate_pod(p, state, MODEL_NS).pod for p in pods])
     return running
 
 
@@ -344,7 +353,7 @@ async def test_10000_mixed_requests_under_rotation_and_watch_drops(fake: FakeApi
         places = held.get(uid, [])
         assert {n for n, *_ in places} == {node}, (uid, node, places)
         assert len(places) == tp_of[uid] and len({numa for _, numa, *_ in places}) == tp_of[uid], places
-        assert sum(c for _, _, c, _ in places) == FOOTPRINT[tp_of[uid]] // 2, places
+        assert sum(c for _, _, c, _ in places) == FOOTPRINT[tp_of[uid]], (uid, places)
     assert not set(load.refused) & set(held)
     assert [u for u, places in held.items() if len({n for n, *_ in places}) != 1] == []  # one node per pod
     for pod in running[1:]:  # the pods that ran all along are still accounted, where they run

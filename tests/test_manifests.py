@@ -802,7 +802,7 @@ def test_webhook_deployment_service_and_pdb() -> None:
     items = resources()
     dep = one("Deployment", "model-placement-webhook", items)
     pod = dep["spec"]["template"]["spec"]
-    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["replicas"] == 3
     assert pod["serviceAccountName"] == "model-placement-webhook"
     terms = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert any(

@@ -107,6 +107,9 @@ async def test_metrics_move_after_a_refusal_a_fallback_and_a_filter(demo: Cluste
     requests = "model_placement_http_requests_total"
     assert total(after, requests, route="/filter", outcome="200") >= 1
     assert samples(after, "model_placement_free_model_cores")  # ledger totals by NUMA-count class
+    # The demo fleet's model pods carry the placement /bind recorded: none is of unknown placement.
+    unknown = samples(after, "model_placement_pods_of_unknown_placement")
+    assert unknown and set(unknown.values()) == {0}
 
     # Every refusal is explainable from one log line with pod, reason and numbers.
     lines = log_lines()

@@ -15,6 +15,7 @@ from kubernetes import client
 
 from extender.preempt import Pdb, candidate, read_pdb
 from extender.victims import Candidate, violations
+from placement.ledger import PLACEMENT, Placed
 from server.cli import demo_text, load_objects
 from tests.support.fakeapi import FakeApiServer
 from tests.test_extender import Ext, MakeExt, go_json, make_ext, model_pod, plain_pod  # noqa: F401 - fixture
@@ -24,13 +25,16 @@ Obj = dict[str, Any]
 
 # On cpu-a1 (29 model cores per NUMA node, SMT 2), in creation order the balloons plugin puts a and c on NUMA 0, b
 # and d on NUMA 1 (vllm-balloon-tp1 balances its per-NUMA components): 9 cores stay free on each. A TP=1 pod asking
-# for 24 cores needs 15 more on one NUMA node.
+# for 24 cores needs 15 more on one NUMA node. Each carries the placement our /bind recorded on it.
 RUNNING = (("low-a", 8, 10), ("low-b", 8, 5), ("low-c", 12, 10), ("low-d", 12, 5))  # name, cores, priority
 
 
 def running(name: str, cores: int, priority: int, second: int, node: str = "cpu-a1") -> Obj:
     pod = model_pod(name, cpus=2 * cores)
     pod["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
+    numa = (second - 1) % 2
+    pod["metadata"].setdefault("annotations", {})[PLACEMENT] = Placed(
+        node, ((numa, cores),), ("vllm-balloon-tp1", f"vllm-numa-{numa}")).annotation()
     pod["metadata"]["labels"]["app"] = name
     pod["spec"].update(nodeName=node, priority=priority)
     pod["status"] = {"phase": "Running"}
@@ -234,3 +238,13 @@ async def test_own_path_stands_aside_for_a_nominated_pod_and_one_that_fits_by_th
         connected.cluster.apply("Pod", "DELETED", running(name, 8, 0, 0))
     await asyncio.sleep(1.3)
     assert fake.evictions == []
+
+
+async def test_own_path_evicts_nothing_while_a_pod_it_would_weigh_is_already_gone(
+        connected: Ext, fake: FakeApiServer, caplog: pytest.LogCaptureFixture) -> None:
+    # The apiserver has deleted low-b; the extender's watch has not shown it yet. Reading it is a 404: its cores
+    # are coming free, so nothing is evicted this cycle, and that is no error.
+    fake.delete("Pod", "low-b", "llm-inference")
+    assert await own_path(connected, preemptor(), fake, caplog) == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert [r for r in caplog.records if r.getMessage() == "no preemption"]

@@ -1,7 +1,8 @@
 """`render` is the server's dry run: 50 pods, valid and invalid, rendered by the console script and sent to a
 running `serve` as the apiserver sends them (/mutate, its patch applied by the reference RFC 6902 library,
-/validate of the patched pod, then kube-scheduler's /filter and /prioritize over the nodes render says
-kube-scheduler would offer). Verdicts, patches, messages, warnings and node verdicts must be identical."""
+/validate of the patched pod, then /filter over every node and /prioritize over those that pass). Verdicts,
+patches, messages, warnings and node verdicts must be identical, the nodes render says kube-scheduler would not
+offer included: on the demo fleet and on the demo fleet with taints and a cordon."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import pytest
 import yaml
 
+from tests.conftest import TOLERATIONS, tainted
 from tests.support.process import ROOT, ServerProcess, command
 
 DEMO = ROOT / "placement/demo/cluster.yaml"
@@ -26,6 +29,7 @@ TP1 = ROOT / "examples/kserve-tp1-pod.yaml"
 def pods(count: int = 50, seed: int = 15) -> list[dict[str, Any]]:
     """Model pods with every kind of input the webhook judges, right and wrong, and a few non-model pods."""
     rng = random.Random(seed)
+    tolerating = random.Random(seed + 1)  # its own stream: the other inputs stay as they were
     base = yaml.safe_load(TP1.read_text())
     out = []
     for i in range(count):
@@ -55,6 +59,10 @@ def pods(count: int = 50, seed: int = 15) -> list[dict[str, Any]]:
             meta["namespace"] = "kube-system"
         if rng.random() < 0.1:
             meta["labels"] = {"app": "not-a-model"}
+        if tolerating.random() < 0.4:
+            pod["spec"]["tolerations"] = copy.deepcopy(tolerating.choice(TOLERATIONS))
+        if tolerating.random() < 0.2:
+            ann["model-manager.io/node"] = tolerating.choice(["cpu-a1", "cpu-b1", "cpu-icx"])
         out.append(pod)
     return out
 
@@ -80,18 +88,25 @@ def post(conn: http.client.HTTPConnection, path: str, body: Any) -> Any:
     return json.loads(data)
 
 
-def test_render_and_the_server_agree_on_50_pods(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fleet", ["demo", "tainted"])
+def test_render_and_the_server_agree_on_50_pods(fleet: str, tmp_path: Path) -> None:
     sent = pods()
     manifest = tmp_path / "pods.yaml"
     manifest.write_text(yaml.safe_dump_all(sent, sort_keys=False))  # kubectl keeps the order it read
-    out = subprocess.run([*command(), "render", str(manifest), "--cluster", str(DEMO), "-o", "json"], cwd=ROOT,
+    cluster = DEMO
+    if fleet == "tainted":
+        cluster = tmp_path / "tainted.yaml"
+        demo = yaml.safe_load(DEMO.read_text())
+        cluster.write_text(yaml.safe_dump({**demo, "items": tainted(demo["items"])}))
+    out = subprocess.run([*command(), "render", str(manifest), "--cluster", str(cluster), "-o", "json"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode in (0, 3) and "Traceback" not in out.stderr, out.stderr
     rendered = json.loads(out.stdout)
     assert len(rendered) == len(sent)
 
-    server = ServerProcess(["serve", "--insecure-http", "--host", "127.0.0.1", "--port", "0", "--cluster", str(DEMO)])
+    server = ServerProcess(["serve", "--insecure-http", "--host", "127.0.0.1", "--port", "0", "--cluster", str(cluster)])
     verdicts = set()
+    unoffered = set()
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         for i, (pod, entry) in enumerate(zip(sent, rendered)):
@@ -110,12 +125,18 @@ def test_render_and_the_server_agree_on_50_pods(tmp_path: Path) -> None:
             assert out.returncode == 3 or verdict["allowed"]
             if "ranking" not in entry:
                 continue
-            offered = sorted(r["node"] for r in entry["ranking"]) + [f["node"] for f in entry["filtered"]]
-            args = {"Pod": patched, "Nodes": None, "NodeNames": offered}
+            every = sorted(r["node"] for r in entry["ranking"]) + [f["node"] for f in entry["filtered"]] + \
+                [x["node"] for x in entry["excluded"]]
+            assert len(set(every)) == len(every) == 7  # each node once: ranked, filtered or not offered
+            args = {"Pod": patched, "Nodes": None, "NodeNames": every}
             filtered = post(conn, "/filter", args)
             assert sorted(filtered["NodeNames"]) == sorted(r["node"] for r in entry["ranking"])
             assert filtered["FailedNodes"] | filtered["FailedAndUnresolvableNodes"] == \
-                {f["node"]: f["reason"] for f in entry["filtered"]}
+                {f["node"]: f["reason"] for f in entry["filtered"] + entry["excluded"]}
+            unoffered |= {x["reason"].split(" ")[0] for x in entry["excluded"]}
+            # Admitted but offered no node by kube-scheduler (warn, skip): render refuses it all the same.
+            if not entry["ranking"] and not entry["filtered"]:
+                assert entry["exit"] == 3 and out.returncode == 3
             scores = {h["Host"]: h["Score"] for h in post(conn, "/prioritize", {**args, "NodeNames": filtered["NodeNames"]})}
             # render shows each node's own score; /prioritize lowers them all by the lowest, leaving out the nodes at 0.
             floor = min((r["score"] for r in entry["ranking"]), default=0)
@@ -126,3 +147,7 @@ def test_render_and_the_server_agree_on_50_pods(tmp_path: Path) -> None:
     assert {allowed for allowed, _ in verdicts} == {True, False}
     assert len({reason for allowed, reason in verdicts if not allowed}) >= 4, verdicts
     assert any(reason.startswith("not-model") or reason == "protected-namespace" for _, reason in verdicts), verdicts
+    assert "no" in unoffered  # no AMX on cpu-icx
+    if fleet == "tainted":
+        assert {"taint", "cordoned"} <= unoffered, unoffered
+        assert "no-eligible-node" in {reason for allowed, reason in verdicts if not allowed}, verdicts

@@ -21,12 +21,13 @@ from placement.balloons import node_balloons_policy
 from placement.cluster import ClusterState
 from placement.config import Settings, load_settings
 from placement.topology import linux_layout
+from placement.ledger import PLACEMENT, Placed
 from tests.conftest import fixture_json
 from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are fixtures, used by name
     AMX, BALLOON, CPUS, TP, TYPE, Answer, MakeWebhook, Obj, Webhook, decisions, make_webhook, objects_without,
     review, wh,
 )
-from webhook.review import ReviewError, parse_review
+from webhook.review import WARNING_MAX, WARNINGS_TOTAL, ReviewError, parse_review, render_warnings
 from webhook.routes import TIMINGS, Context, mutate_review, validate_review
 
 MESSAGE = "cpu-policy.model-manager.io/message"
@@ -99,14 +100,15 @@ def balloons_policy(*nodes: str) -> Obj:
     return policy
 
 
-def running(name: str, on: str, model: str, cpus: int, created: str = "2026-11-30T09:00:00Z") -> Obj:
-    """A model pod already pinned by us and running on `on`."""
+def running(name: str, on: str, model: str, cpus: int, created: str = "2026-11-30T09:00:00Z", numa: int = 0) -> Obj:
+    """A model pod already pinned by us and running on `on`, on NUMA node `numa` (where our /bind recorded it)."""
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}", "creationTimestamp": created,
                          "labels": {"model-manager.io/model": model},
                          "annotations": {TYPE: "nri-balloons", TP: "1", CPUS: str(cpus * 2),
                                          "cpu-policy.model-manager.io/requested-cpu": str(cpus),
-                                         BALLOON + "main": "vllm-balloon-tp1"}},
+                                         BALLOON + "main": "vllm-balloon-tp1",
+                                         PLACEMENT: Placed(on, ((numa, cpus),), ("vllm-balloon-tp1",)).annotation()}},
             "spec": {"nodeName": on, "containers": [{"name": "main", "resources": {
                 "requests": {"cpu": str(cpus * 2), "memory": "64Gi"},
                 "limits": {"cpu": str(cpus * 2), "memory": "64Gi"}}}]},
@@ -128,7 +130,8 @@ def model_pod(model: str, cpus: int, name: str | None = None) -> Obj:
 async def full_node(make_webhook: MakeWebhook) -> Webhook:
     """One node, both NUMA nodes (29 model cores each) filled by the two pods of model `big`."""
     objects = [node("solo"), balloons_policy("solo"),
-               running("big-0", "solo", "big", 29), running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z")]
+               running("big-0", "solo", "big", 29),
+               running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z", numa=1)]
     return await make_webhook(objects)  # type: ignore[no-any-return]
 
 
@@ -160,8 +163,9 @@ async def test_tp_larger_than_every_eligible_numa_count_names_the_largest_and_th
 
 async def test_footprint_larger_than_any_empty_node_says_how_much_would_fit(wh: Webhook) -> None:
     refused(await admitted(wh, kserve("too-big", cpu="31")),
-            "llm/llama3-8b-predictor-6c9f7d8b4-x7k2p needs balloon vllm-balloon-tp1: 31 cores on 1 NUMA node (62 CPUs)",
-            "more than any of the 6 eligible nodes with ≥1 NUMA nodes has even when empty",
+            "llm/llama3-8b-predictor-6c9f7d8b4-x7k2p asks for cpu: 31, that is balloon vllm-balloon-tp1: 31 cores on 1 "
+            "NUMA node (62 CPUs)",
+            "more than any of the 5 eligible nodes with ≥1 NUMA nodes has even when empty",
             "(largest: cpu-b1, 30 model cores per NUMA node)",
             "Request at most cpu: 30 for TP=1, or use tensor-parallel-size 2")
 
@@ -170,11 +174,77 @@ async def test_footprint_larger_than_what_is_free_now_shows_the_free_cores(wh: W
     by_hand = kserve("on-full", **{"model-manager.io/node": "cpu-full"})
     del by_hand["request"]["object"]["metadata"]["ownerReferences"]  # a person's pod: told at once
     refused(await admitted(wh, by_hand),
-            "needs balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs)",
+            "asks for cpu: 16, that is balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs)",
             "none of the 1 eligible nodes has that free now (most free: cpu-full: NUMA 0: 3/29, NUMA 1: 1/29 free "
-            "cores; balloon type vllm-numa-0 is carved from NUMA node 0 and needs 16 free cores there)")
+            "cores; the balloons policy puts a rank on NUMA node 0 (or, lacking room there, another), which needs 16 "
+            "free cores on one NUMA node)")
     # The same pod anywhere fits: the refusal was about free capacity, not the request.
     assert (await admitted(wh, kserve("anywhere"))).allowed
+
+
+async def test_kubelet_static_names_the_container_without_memory_or_cpu(wh: Webhook) -> None:
+    sent = review("ar-pod-init-sidecar.json", uid="no-memory")
+    metrics_sidecar = sent["request"]["object"]["spec"]["containers"][1]
+    metrics_sidecar["resources"] = {"requests": {"cpu": "250m"}}
+    refused(await admitted(wh, sent), "llm/granite-8b: kubelet-static pins cores only for Guaranteed pods",
+            "container(s) metrics set no memory request or limit")
+    sent = review("ar-pod-init-sidecar.json", uid="no-cpu")
+    sent["request"]["object"]["spec"]["initContainers"][1]["resources"] = {"requests": {"memory": "256Mi"}}
+    refused(await admitted(wh, sent), "container(s) log-shipper set no cpu request or limit")
+    assert (await admitted(wh, review("ar-pod-init-sidecar.json", uid="complete"))).allowed
+
+
+async def test_explicit_balloon_type_no_policy_defines_is_refused(wh: Webhook) -> None:
+    refused(await admitted(wh, kserve("custom", **{"model-manager.io/nri-balloon": "vllm-balloon-custom"})),
+            "asks for balloon type vllm-balloon-custom, which no BalloonsPolicy defines for the 6 eligible nodes",
+            "remove the model-manager.io/nri-balloon annotation to use vllm-balloon-tp1")
+
+
+@pytest.mark.parametrize(("cpu", "phrase"), [("-3", "cpu '-3' is negative"),
+                                             ("abc", "cpu 'abc' is not a Kubernetes quantity"),
+                                             ("0", "requests no CPU")])
+async def test_absurd_resources_are_refused_with_the_core_message(wh: Webhook, cpu: str, phrase: str) -> None:
+    sent = kserve(f"cpu-{cpu}", cpu=cpu)
+    mutated = await wh.mutate(sent)
+    assert mutated.ops == [] and phrase in mutated.warning_text  # left as sent for /validate to refuse
+    refused(await admitted(wh, kserve(f"cpu-{cpu}-v", cpu=cpu)), phrase)
+
+
+# ------------------------------------------------------------------------------------- modes
+
+
+async def test_warn_mode_admits_with_the_refusal_as_warnings(make_webhook: MakeWebhook) -> None:
+    tp8 = {"model-manager.io/tensor-parallel-size": "8"}
+    by_env = await make_webhook(settings=load_settings(env={"MM_NRI_PREFLIGHT": "warn"}))
+    by_annotation = await make_webhook()
+    for server, sent in ((by_env, kserve("warn-env", **tp8)),
+                         (by_annotation, kserve("warn-ann", **tp8, **{"model-manager.io/preflight": "warn"}))):
+        answer = await admitted(server, sent)
+        assert answer.allowed and "status" not in answer.response
+        assert answer.warning_text == (f"TP=8 needs a node with at least 8 NUMA nodes, one per rank; {DEMO_ELIGIBLE} have at most 4 "
+                                       "(cpu-a1, cpu-a2, cpu-b1, cpu-full, …). Use tensor-parallel-size 4, or add a "
+                                       "node with ≥8 NUMA nodes.")
+        assert answer.warnings == [answer.warning_text]  # one warning, whole: kubectl prints one line
+    # Enforce stays the default for everyone else.
+    assert not (await admitted(by_annotation, kserve("enforce", **tp8))).allowed
+
+
+async def test_skip_mode_admits_silently(make_webhook: MakeWebhook) -> None:
+    too_big = {"model-manager.io/tensor-parallel-size": "8"}
+    by_env = await make_webhook(settings=load_settings(env={"MM_NRI_SKIP_PREFLIGHT": "1"}))
+    answer = await admitted(by_env, kserve("skip-env", **too_big))
+    assert answer.allowed and not answer.warnings
+    wh = await make_webhook()
+    answer = await admitted(wh, kserve("skip-ann", **too_big, **{"model-manager.io/preflight": "skip"}))
+    assert answer.allowed and not answer.warnings
+
+
+async def test_nri_disabled_skips_the_nri_checks(make_webhook: MakeWebhook) -> None:
+    wh = await make_webhook(settings=load_settings(env={"MM_NRI_ENABLED": "false"}))
+    answer = await admitted(wh, kserve("nri-off", **{"model-manager.io/nri-balloon": "vllm-balloon-custom"}))
+    assert answer.allowed
+    # What NRI has nothing to do with is still checked.
+    assert not (await admitted(wh, kserve("nri-off-tp8", **{"model-manager.io/tensor-parallel-size": "8"}))).allowed
 
 
 async def test_best_effort_fallback_is_admitted_with_the_note_as_warnings(
@@ -185,7 +255,7 @@ async def test_best_effort_fallback_is_admitted_with_the_note_as_warnings(
     assert answer.warning_text == ("llm/llama3-8b-predictor-6c9f7d8b4-x7k2p runs best-effort without exclusive cores: "
                                    "no eligible node has a running NRI balloons plugin with balloon type "
                                    "vllm-balloon-tp1.")
-    assert all(len(w) <= 120 for w in answer.warnings)
+    assert len(answer.warnings) == 1
 
 
 # ------------------------------------------------------------------------------------- a model's own pods
@@ -200,7 +270,7 @@ async def test_scale_ups_of_a_model_that_fills_its_node_get_one_answer_and_only_
         refused(await admitted(full_node, model_pod(model, 29)),
                 "none of the 1 eligible nodes has that free now (most free: solo: NUMA 0: 0/29, NUMA 1: 0/29 free "
                 "cores;")
-    leaving = running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z")
+    leaving = running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z", numa=1)
     leaving["metadata"]["deletionTimestamp"] = "2026-12-03T20:00:00Z"
     full_node.served.runtime.cluster.apply("Pod", "MODIFIED", leaving)
     assert (await admitted(full_node, model_pod("big", 29))).allowed
@@ -224,25 +294,27 @@ async def test_a_controllers_pod_that_finds_no_room_now_is_admitted_to_wait_and_
     Pending in the scheduler's queue. The reason is on the pod (the warning reaches only the controller-manager)."""
     mutated = await full_node.mutate(recorded("admissionreview-mutate-pod-replicaset", "rs-full"))
     note = mutated.pod["metadata"]["annotations"][MESSAGE]
-    assert note.startswith("llm/llama3-8b-predictor-b9d45b889-* needs balloon vllm-balloon-tp1: 16 cores on 1 NUMA "
-                           "node (32 CPUs); none of the 1 eligible nodes has that free now (most free: solo: NUMA 0: "
-                           "0/29, NUMA 1: 0/29 free cores;"), note
+    assert note.startswith("llm/llama3-8b-predictor-b9d45b889-* asks for cpu: 16, that is balloon vllm-balloon-tp1: 16 "
+                           "cores on 1 NUMA node (32 CPUs); none of the 1 eligible nodes has that free now (most free: "
+                           "solo: NUMA 0: 0/29, NUMA 1: 0/29 free cores;"), note
     assert note.endswith("Admitted because ReplicaSet llama3-8b-predictor-b9d45b889 creates it (a refusal would put "
                          "it into growing backoff): it waits Pending and is bound as soon as room appears."), note
     sent = recorded("admissionreview-validate-pod-replicaset", "rs-full-validate")
     sent["request"]["object"]["metadata"]["annotations"][MESSAGE] = note
     answer = await full_node.validate(sent)
     # The same sentence, now naming the pod: the apiserver has generated its name since /mutate.
-    assert answer.allowed and answer.warning_text == note.replace("b9d45b889-*", "b9d45b889-hhbq8")
-    assert all(len(w) <= 120 for w in answer.warnings)
+    # In as few warnings as its clauses allow, each at most WARNING_MAX long (the apiserver never cuts those).
+    words = " ".join(answer.warnings).replace(";", "").split()
+    assert answer.allowed and words == note.replace("b9d45b889-*", "b9d45b889-hhbq8").replace(";", "").split()
+    assert all(len(w) <= WARNING_MAX for w in answer.warnings)
     # Mutating the mutated pod again (reinvocation) changes nothing.
     again = recorded("admissionreview-mutate-pod-replicaset", "rs-full-again")
     again["request"]["object"] = mutated.pod
     assert (await full_node.mutate(again)).ops == []
     # A person's pod is told at once, with the numbers.
     refused(await full_node.validate(recorded("admissionreview-validate-pod-bare", "bare-full")),
-            "llm/qwen-7b needs balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs); none of the 1 eligible "
-            "nodes has that free now")
+            "llm/qwen-7b asks for cpu: 16, that is balloon vllm-balloon-tp1: 16 cores on 1 NUMA node (32 CPUs); none "
+            "of the 1 eligible nodes has that free now")
     assert MESSAGE not in (await full_node.mutate(recorded("admissionreview-mutate-pod-bare", "bare-m"))).pod[
         "metadata"]["annotations"]
     # What can never fit is refused whoever creates it.
@@ -260,11 +332,13 @@ async def test_a_replica_admitted_while_there_was_room_is_not_reused_once_the_ro
     first = await wh.mutate(recorded("admissionreview-mutate-pod-replicaset", "rs-room"))
     assert MESSAGE not in first.pod["metadata"]["annotations"]
     cluster = wh.served.runtime.cluster
-    for pod in (running("big-0", "solo", "big", 29), running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z")):
+    for pod in (running("big-0", "solo", "big", 29),
+                running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z", numa=1)):
         cluster.apply("Pod", "ADDED", pod)
     second = await wh.mutate(recorded("admissionreview-mutate-pod-replicaset", "rs-no-room"))
     assert "it waits Pending and is bound as soon as room appears" in second.pod["metadata"]["annotations"][MESSAGE]
-    for pod in (running("big-0", "solo", "big", 29), running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z")):
+    for pod in (running("big-0", "solo", "big", 29),
+                running("big-1", "solo", "big", 29, "2026-11-30T09:01:00Z", numa=1)):
         cluster.apply("Pod", "DELETED", pod)
     third = await wh.mutate(recorded("admissionreview-mutate-pod-replicaset", "rs-room-again"))
     assert third.ops == first.ops
@@ -277,7 +351,7 @@ async def test_a_higher_priority_pod_on_a_full_node_is_admitted_to_preempt(full_
     urgent["request"]["object"]["spec"]["priority"] = 1000
     answer = await admitted(full_node, urgent)
     assert answer.allowed
-    said = " ".join(w.removeprefix("… ") for w in answer.warnings)
+    said = answer.warning_text
     assert "at priority 1000 it can have the cores of lower-priority model pods by preemption (on solo" in said
     # The same pod at the running pods' priority has nobody to preempt: refused as before.
     same = model_pod("urgent", 29)
@@ -305,14 +379,15 @@ async def test_on_5000_nodes_a_pod_is_judged_in_milliseconds_and_the_one_node_wi
     small = names[:2000]
     objects = [*(node(n) for n in small), balloons_policy(*small)]
     for n in small[:-1]:
-        objects += [running(f"big-{n}-0", n, "big", 29), running(f"big-{n}-1", n, "big", 29, "2026-11-30T09:01:00Z")]
+        objects += [running(f"big-{n}-0", n, "big", 29),
+                    running(f"big-{n}-1", n, "big", 29, "2026-11-30T09:01:00Z", numa=1)]
     last_free = await make_webhook(objects)
     assert (await admitted(last_free, model_pod("other", 29))).allowed
     refused(await admitted(last_free, model_pod("other", 30)),
             "more than any of the 2000 eligible nodes with ≥1 NUMA nodes has even when empty")
     last = small[-1]
     full = await make_webhook([*objects, running(f"big-{last}-0", last, "big", 29),
-                               running(f"big-{last}-1", last, "big", 29, "2026-11-30T09:01:00Z")])
+                               running(f"big-{last}-1", last, "big", 29, "2026-11-30T09:01:00Z", numa=1)])
     refused(await admitted(full, model_pod("other", 29)), "none of the 2000 eligible nodes has that free now")
 
 
@@ -330,11 +405,12 @@ async def test_deployment_create_update_and_statefulset_on_the_demo_fleet(wh: We
     assert (await wh.validate(review("ar-deployment-create.json"))).allowed  # TP=2 × 32 CPUs, 2 replicas
     assert (await wh.validate(review("ar-deployment-update.json"))).allowed  # scaled 2 -> 3
     # cpu: 32 at TP=2 is 16 cores on each of 2 NUMA nodes, a request of 64 CPUs: cpu-a1, cpu-b1 and cpu-snc4 (its
-    # free block of NUMA nodes 2-3) can hold one now; cpu-nosmt, SMT off, would need 32 cores per NUMA node.
+    # free block of NUMA nodes 2-3) can hold one now; cpu-nosmt, SMT off, is not eligible for a request doubled for
+    # SMT-2 nodes.
     five = workload("ar-deployment-create.json", replicas=5, uid="five")
     refused(await wh.validate(five),
             "llm/mixtral-8x7b: only 3 of 5 replicas fit at once",
-            "balloon vllm-balloon-tp2: 16 cores on each of 2 NUMA nodes (64 CPUs) each; 3 of 6 eligible nodes have "
+            "balloon vllm-balloon-tp2: 16 cores on each of 2 NUMA nodes (64 CPUs) each; 3 of 5 eligible nodes have "
             "room now", "Use replicas: 3 or fewer")
     assert (await wh.validate(review("ar-statefulset-create.json"))).allowed
     refused(await wh.validate(workload("ar-statefulset-create.json", uid="sts-tp8",
@@ -498,15 +574,32 @@ async def test_a_refusal_is_one_log_line_with_pod_check_and_numbers_and_one_coun
 
 
 async def test_warnings_stay_within_what_the_apiserver_keeps(make_webhook: MakeWebhook) -> None:
-    """Many eligible nodes make a long message: every warning ≤ 120 characters, the text intact."""
+    """Many eligible nodes make a long message: one warning, whole, within the 256 runes the apiserver never cuts."""
     nodes = [node(f"cpu-numa2-{i:03d}") for i in range(40)]
     wh = await make_webhook([*nodes, balloons_policy(*(n["metadata"]["name"] for n in nodes))],
                             Settings(preflight="warn"))
     answer = await admitted(wh, kserve("long", **{"model-manager.io/tensor-parallel-size": "4"}))
-    assert answer.allowed and len(answer.warnings) >= 2
-    assert all(len(w) <= 120 for w in answer.warnings)
-    assert "the 40 eligible nodes have at most 2 (cpu-numa2-000, cpu-numa2-001" in answer.warning_text
-    assert answer.warning_text.endswith("Use tensor-parallel-size 2, or add a node with ≥4 NUMA nodes.")
+    [warning] = answer.warnings
+    assert len(warning) <= WARNING_MAX
+    assert warning.startswith("TP=4 needs a node with at least 4 NUMA nodes, one per rank; the 40 eligible nodes "
+                              "have at most 2 (cpu-numa2-000, cpu-numa2-001")
+    assert warning.endswith("Use tensor-parallel-size 2, or add a node with ≥4 NUMA nodes.")
+
+
+def test_a_long_message_is_split_between_its_clauses_and_the_total_is_kept() -> None:
+    """The apiserver (pkg/endpoints/filters/warning.go) cuts every warning to 256 runes once the total passes
+    4096: ours are each ≤ 256, split only where a clause ends, and never more than 4096 in all."""
+    clauses = [f"node cpu-{i:02d} has {i} of 32 cores free on NUMA node 0 and none on NUMA node 1" for i in range(9)]
+    long = "; ".join(clauses)
+    assert len(long) > WARNING_MAX
+    pieces = render_warnings([long])
+    assert len(pieces) > 1 and all(len(p) <= WARNING_MAX for p in pieces)
+    assert "; ".join(pieces) == long  # cut nowhere but between clauses
+    many = render_warnings([f"warning {i}: " + "x" * 240 for i in range(30)])
+    assert sum(map(len, many)) <= WARNINGS_TOTAL and len(many) == WARNINGS_TOTAL // 251
+    assert all(w.endswith("x" * 240) for w in many)  # dropped whole, never cut
+    assert render_warnings(["a\x07bell", "a\x07bell", ""]) == ["abell"]  # a control character drops a header
+
 
 
 # ------------------------------------------------------------------------------------- fuzzing
@@ -568,3 +661,29 @@ def test_fuzzed_real_payloads_always_get_a_well_formed_answer(data: st.DataObjec
         if answer.ops:
             answer.pod  # noqa: B018 - applies to exactly what was sent
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("node_pin,cpu", [(None, "31"), ("cpu-nosmt", "40"), ("cpu-nosmt", "27")])
+async def test_the_suggested_cpu_request_is_admitted_when_resubmitted(wh: Webhook, node_pin: str | None,
+                                                                      cpu: str) -> None:
+    """The refusal speaks in the user's cpu: N, and the cpu: N it suggests is then admitted; on the SMT-off node a
+    cpu: N is N cores too (the request is sized for that node's width, not doubled for SMT-2 nodes)."""
+    pin = {"model-manager.io/node": node_pin} if node_pin else {}
+    message = refused(await admitted(wh, kserve(f"big-{cpu}", cpu=cpu, **pin)), f"asks for cpu: {cpu}, that is ")
+    suggested = re.search(r"Request at most cpu: (\d+) ", message)
+    assert suggested, message
+    answer = await admitted(wh, kserve(f"again-{cpu}", cpu=suggested.group(1), **pin))
+    assert answer.allowed, answer.message
+
+
+async def test_on_the_smt_off_node_cpu_16_is_16_cores_and_on_smt2_nodes_32_cpus(wh: Webhook) -> None:
+    nosmt = (await wh.mutate(kserve("nosmt", cpu="16", **{"model-manager.io/node": "cpu-nosmt"}))).pod
+    assert nosmt["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "16"
+    assert nosmt["metadata"]["annotations"]["cpu-policy.model-manager.io/cpus"] == "16"
+    # Any node of the mixed demo fleet: sized for SMT-2, and kept off the SMT-off node by its node affinity.
+    anywhere = (await wh.mutate(kserve("anywhere", cpu="16"))).pod
+    assert anywhere["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "32"
+    [term] = anywhere["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert {"key": "feature.node.kubernetes.io/cpu-hardware_multithreading", "operator": "NotIn",
+            "values": ["false"]} in term["matchExpressions"]

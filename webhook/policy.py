@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from placement.cluster import ClusterState
 from placement.policycheck import UNREADABLE, check_policy
-from webhook.review import Review, allow, deny, wrap_warning
+from webhook.review import Review, allow, deny
 
 log = logging.getLogger("model_placement.webhook")
 
@@ -39,14 +39,14 @@ def judge_policy(review: Review, cluster: ClusterState, affords: bool) -> Judged
         return Judged(deny(uid, text, code=400), "denied", UNREADABLE, label, text)
     if not affords:
         text = f"model-placement had no time left within the apiserver's timeout to check {label}; admitted"
-        return Judged(allow(uid, wrap_warning(text)), "degraded", "timeout", label, text)
+        return Judged(allow(uid, [text]), "degraded", "timeout", label, text)
     try:
         verdict = check_policy(review.object, cluster)
     except Exception as exc:  # noqa: BLE001 - advisory: a fault of ours must not block the policy
         log.exception("policy check failed", extra={"verb": "validate", "pod": label, "uid": review.uid})
         text = f"model-placement could not check {label} ({type(exc).__name__}); admitted unchecked"
-        return Judged(allow(uid, wrap_warning(text)), "degraded", "internal-error", label, text)
-    notes = [piece for w in verdict.warnings for piece in wrap_warning(f"{label}: {w.message}")]
+        return Judged(allow(uid, [text]), "degraded", "internal-error", label, text)
+    notes = [f"{label}: {w.message}" for w in verdict.warnings]
     if verdict.refusals:
         first = verdict.refusals[0]
         text = f"model-placement refuses {label}: {'; '.join(r.message for r in verdict.refusals)}."

@@ -24,9 +24,13 @@ PATCH_TYPE = "JSONPatch"
 # A pod is ~12 levels deep, a Deployment ~16; the core copies objects recursively, so a hostile
 # object nested hundreds deep must be refused before it gets there.
 MAX_OBJECT_DEPTH = 64
-WARNING_ADVISED = 120  # "Limit warnings to 120 characters if possible"
-WARNING_MAX = 256  # "Warnings over 256 characters … may be truncated"
-WARNINGS_TOTAL = 4096  # "more than 4096 characters of warning messages … are ignored"
+# The apiserver's warning recorder (k8s.io/apiserver pkg/endpoints/filters/warning.go, v0.35) adds every
+# webhook's warnings, deduplicated, as `Warning:` headers, whole while their total stays within 4096 runes; the
+# warning that would pass 4096 switches it to truncating: every warning, those already added too, is cut to 256
+# runes, and those past the 4096th rune are dropped. A warning of at most 256 runes is therefore never cut,
+# whatever other webhooks add, and ours together stay within 4096, so none is dropped by our own doing.
+WARNING_MAX = 256  # truncateItemRunes
+WARNINGS_TOTAL = 4096  # truncateAtTotalRunes
 DEFAULT_TIMEOUT = 10.0  # timeoutSeconds default in admissionregistration/v1
 MAX_TIMEOUT = 30.0  # the largest timeoutSeconds the apiserver accepts
 
@@ -165,14 +169,17 @@ class _Struct(dict):  # type: ignore[type-arg]
 
 STR_MAP, QUANTITIES = _StrMap(), _Quantities()
 _REQUIREMENT = _Struct(key=str, operator=str, values=[str])
+_TOLERATION = _Struct(key=str, operator=str, value=str, effect=str)
+_OWNER = _Struct(kind=str, name=str, controller=bool)
 _CONTAINER = _Struct(name=str, command=[str], args=[str], restartPolicy=str,
                      resources=_Struct(requests=QUANTITIES, limits=QUANTITIES))
 _POD_SPEC = _Struct(
     containers=[_CONTAINER], initContainers=[_CONTAINER], nodeSelector=STR_MAP, nodeName=str, schedulerName=str,
-    affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    tolerations=[_TOLERATION], affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [_Struct(matchExpressions=[_REQUIREMENT], matchFields=[_REQUIREMENT])]}}},
 )
-_META = _Struct(name=str, generateName=str, namespace=str, labels=STR_MAP, annotations=STR_MAP)
+_META = _Struct(name=str, generateName=str, namespace=str, labels=STR_MAP, annotations=STR_MAP,
+                ownerReferences=[_OWNER])
 POD_SHAPE = _Struct(metadata=_META, spec=_POD_SPEC)
 WORKLOAD_SHAPE = _Struct(metadata=_META, spec=_Struct(replicas=int, template=_Struct(metadata=_META, spec=_POD_SPEC)))
 # spec.template and spec.worker are pointers (*corev1.PodSpec): null is allowed.
@@ -252,6 +259,8 @@ def _shape(value: Any, shape: Any, path: str) -> str | None:
         return f"{path} is a JSON {_json_type(value)}, expected a whole number"
     if shape is str and not isinstance(value, str):
         return f"{path} is a JSON {_json_type(value)}, expected a string"
+    if shape is bool and not isinstance(value, bool):
+        return f"{path} is a JSON {_json_type(value)}, expected true or false"
     return None
 
 
@@ -267,43 +276,48 @@ def allow(uid: str, warnings: Iterable[str] = (), patch: Sequence[Mapping[str, A
     if patch:
         response["patchType"] = PATCH_TYPE
         response["patch"] = base64.b64encode(orjson.dumps(list(patch))).decode("ascii")
-    clipped = clip_warnings(warnings)
-    if clipped:
-        response["warnings"] = clipped
+    rendered = render_warnings(warnings)
+    if rendered:
+        response["warnings"] = rendered
     return _review(response)
 
 
 def deny(uid: str, message: str, code: int = 403, warnings: Iterable[str] = ()) -> dict[str, Any]:
     """Refused: the apiserver shows `message` after `admission webhook "<name>" denied the request: `."""
     response: dict[str, Any] = {"uid": uid, "allowed": False, "status": {"code": code, "message": message}}
-    clipped = clip_warnings(warnings)
-    if clipped:
-        response["warnings"] = clipped
+    rendered = render_warnings(warnings)
+    if rendered:
+        response["warnings"] = rendered
     return _review(response)
 
 
-def wrap_warning(text: str) -> list[str]:
-    """One message as warnings of at most 120 characters, cut between words; the pieces after the
-    first start with "… " so that kubectl's one `Warning:` line per piece still reads as one text."""
-    return textwrap.wrap(" ".join(text.split()), width=WARNING_ADVISED, subsequent_indent="… ",
-                         break_on_hyphens=False)
-
-
-def clip_warnings(warnings: Iterable[str]) -> list[str]:
-    """Unique, each ≤ 256 characters, ≤ 4096 in all: nothing the apiserver would cut or drop silently."""
+def render_warnings(texts: Iterable[str]) -> list[str]:
+    """The one place warnings are written: each text whole in one warning when it fits 256 runes, else in
+    as few warnings as its clauses (split at "; ") allow, each ≤ 256 and reading on its own; no control
+    characters (the apiserver drops such a warning); unique; at most 4096 runes in all, never a cut one."""
     out: list[str] = []
     total = 0
-    for text in warnings:
-        text = " ".join(str(text).split())
-        if not text or text in out:
-            continue
-        if len(text) > WARNING_MAX:
-            text = text[: WARNING_MAX - 1] + "…"
-        if total + len(text) > WARNINGS_TOTAL:
-            break
-        out.append(text)
-        total += len(text)
+    for text in texts:
+        for piece in _pieces("".join(c for c in " ".join(str(text).split()) if c.isprintable())):
+            if piece in out:
+                continue
+            if total + len(piece) > WARNINGS_TOTAL:
+                return out
+            out.append(piece)
+            total += len(piece)
     return out
+
+
+def _pieces(text: str) -> list[str]:
+    if len(text) <= WARNING_MAX:
+        return [text] if text else []
+    pieces: list[str] = []
+    for clause in text.split("; "):
+        if pieces and len(pieces[-1]) + 2 + len(clause) <= WARNING_MAX:
+            pieces[-1] += f"; {clause}"
+        else:  # a clause longer than a warning (a long list of names) goes between words
+            pieces.extend(textwrap.wrap(clause, WARNING_MAX, break_on_hyphens=False))
+    return pieces
 
 
 # -- the apiserver's deadline --------------------------------------------------------------------------

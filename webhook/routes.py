@@ -46,8 +46,8 @@ from server.app import ADMISSION_BODY_LIMIT, RUNTIME, BadRequest, json_response,
 from webhook.patch import PatchError, checked_patch
 from webhook.policy import BALLOONS_POLICY, judge_policy
 from webhook.review import (
-    DEFAULT_TIMEOUT, LLMISVC_SHAPE, POD_SHAPE, WORKLOAD_SHAPE, Review, ReviewError, allow, cost_problem, deny, parse_review,
-    parse_timeout, shape_problem, wrap_warning,
+    DEFAULT_TIMEOUT, LLMISVC_SHAPE, POD_SHAPE, WORKLOAD_SHAPE, Review, ReviewError, allow, cost_problem, deny,
+    parse_review, parse_timeout, shape_problem,
 )
 
 log = logging.getLogger("model_placement.webhook")
@@ -238,11 +238,6 @@ def add_routes(app: web.Application) -> None:
 
 # -- shared helpers ----------------------------------------------------------------------------------
 
-def warnings_for(*texts: str) -> list[str]:
-    """Each text whole, in pieces of at most 120 characters (the apiserver's advice)."""
-    return [piece for text in texts if text for piece in wrap_warning(text)]
-
-
 _SKIP_LABELS = (("namespace", "protected-namespace"), ("mirror", "mirror-pod"),
                 ("pod is being deleted", "deleting"), ("not a model", "not-model-pod"))
 
@@ -289,11 +284,11 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
     pod = review.object
     if pod is None:
         text = "model-placement: request.object is missing; admitted unchanged"
-        return Outcome(allow(uid, warnings_for(text)), "skipped", "unreadable", message=text)
+        return Outcome(allow(uid, [text]), "skipped", "unreadable", message=text)
     problem = shape_problem(pod, POD_SHAPE)
     if problem:
         text = f"model-placement cannot read this pod ({problem}); admitted unchanged"
-        return Outcome(allow(uid, warnings_for(text)), "skipped", "unreadable", message=text)
+        return Outcome(allow(uid, [text]), "skipped", "unreadable", message=text)
     name = pod_display_name(pod, review.namespace)
     key = ctx.replicas.key(review) if ctx.replicas is not None else None
     patched = ctx.replicas.get(key, ctx.cluster) if ctx.replicas is not None and key is not None else None
@@ -308,11 +303,11 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
     too_large = cost_problem(pod)
     if too_large:
         text = f"model-placement left {name} unchanged, without CPU pinning: {too_large}"
-        return Outcome(allow(uid, warnings_for(text)), "degraded", "too-large", pod=name, message=text)
+        return Outcome(allow(uid, [text]), "degraded", "too-large", pod=name, message=text)
     if not ctx.budget.affords(ctx.timings.expected("mutate")):
         text = (f"model-placement: no time left within the apiserver's {ctx.budget.timeout:g}s timeout; "
                 f"{name} admitted unchanged, without CPU pinning")
-        return Outcome(allow(uid, warnings_for(text)), "degraded", "timeout", pod=name, message=text)
+        return Outcome(allow(uid, [text]), "degraded", "timeout", pod=name, message=text)
     started = time.monotonic()
     try:
         mutation = mutate_pod(pod, ctx.cluster, review.namespace)
@@ -320,7 +315,7 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - the mutating webhook must never fail a pod creation
         log.exception("mutation failed", extra={"verb": "mutate", "pod": name, "uid": uid})
         text = f"model-placement could not compute the pinning for {name} ({type(exc).__name__}); admitted unchanged"
-        return Outcome(allow(uid, warnings_for(text)), "degraded", "internal-error", pod=name, message=text)
+        return Outcome(allow(uid, [text]), "degraded", "internal-error", pod=name, message=text)
     finally:
         ctx.timings.record("mutate", time.monotonic() - started)
     demand, resolution = mutation.demand, mutation.resolution
@@ -331,7 +326,7 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
         # Writing our annotations onto a faulty pod would hide the fault from /validate (the resolved
         # TP annotation takes precedence over the user's); leave it as sent, /validate explains.
         text = f"model-placement left {name} unchanged: {'; '.join(demand.problems)}"
-        return Outcome(allow(uid, warnings_for(text)), "warned", "pod-spec", resolution.policy, name, text)
+        return Outcome(allow(uid, [text]), "warned", "pod-spec", resolution.policy, name, text)
     if waiting:
         mutation = keep_reason(mutation, waiting)
     try:
@@ -339,7 +334,7 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
     except PatchError as exc:
         log.error("patch self-check failed", extra={"verb": "mutate", "pod": name, "uid": uid, "error": str(exc)})
         text = f"model-placement could not build a valid patch for {name}; admitted unchanged"
-        return Outcome(allow(uid, warnings_for(text)), "degraded", "patch-error", resolution.policy, name, text)
+        return Outcome(allow(uid, [text]), "degraded", "patch-error", resolution.policy, name, text)
     reason = resolution.reason or ("patched" if ops else "unchanged")
     message = (f"{len(ops)} patch operations" if ops else "already pinned") + (f"; {waiting}" if waiting else "")
     if ctx.replicas is not None and key is not None and not waiting:
@@ -389,7 +384,7 @@ def validate_review(review: Review, ctx: Context) -> Outcome:
         return _unreadable(uid, obj, label, f"pre-flight failed ({type(exc).__name__})", ctx)
     finally:
         ctx.timings.record("validate", time.monotonic() - started)
-    notes = warnings_for(*_notes(decision))
+    notes = list(_notes(decision))
     if not decision.mode:  # not a model pod, or one the core leaves alone
         return Outcome(allow(uid), "skipped", _skip_label(decision.message or "not a model pod"), pod=label,
                        message=decision.message)
@@ -399,7 +394,7 @@ def validate_review(review: Review, ctx: Context) -> Outcome:
     if decision.check == "skipped":
         return Outcome(allow(uid, notes), "skipped", "preflight-skipped", decision.policy, label)
     if decision.message:  # warn mode: what enforce would have refused, whole, then the notes
-        return Outcome(allow(uid, warnings_for(decision.message) + notes), "warned", decision.check,
+        return Outcome(allow(uid, [decision.message, *notes]), "warned", decision.check,
                        decision.policy, label, decision.message)
     return Outcome(allow(uid, notes), "allowed", decision.reason, decision.policy, label, "; ".join(notes))
 
@@ -441,7 +436,7 @@ def _out_of_time(uid: str, subject: Subject, label: str, ctx: Context) -> Outcom
         return Outcome(deny(uid, text, code=503), "degraded", "timeout", pod=label, message=text)
     text = (f"model-placement skipped the CPU pre-flight for {label}: no time left within the apiserver's "
             f"{timeout:g}s timeout; its pods are still checked when they are created")
-    return Outcome(allow(uid, warnings_for(text)), "degraded", "timeout", pod=label, message=text)
+    return Outcome(allow(uid, [text]), "degraded", "timeout", pod=label, message=text)
 
 
 # -- HTTP --------------------------------------------------------------------------------------------
@@ -457,7 +452,7 @@ async def validate_handler(request: web.Request) -> web.Response:
 def _unreadable_review(verb: str, uid: str, problem: str) -> Outcome:
     if verb == "mutate":
         text = f"model-placement: {problem}; admitted unchanged"
-        return Outcome(allow(uid, warnings_for(text)), "skipped", "unreadable", message=text)
+        return Outcome(allow(uid, [text]), "skipped", "unreadable", message=text)
     return Outcome(deny(uid, f"model-placement cannot read this request: {problem}", code=400),
                    "denied", "unreadable", message=problem)
 

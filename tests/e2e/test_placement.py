@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from placement.ledger import PLACEMENT
 from tests.e2e.cluster import ROOT, Cluster, wait_until
 from tests.e2e.fleet import KSERVE_DEPLOYMENT, MODEL_NS, OPEN_NODES, POOL, model_pod
 
@@ -98,10 +99,15 @@ def test_report_and_render_read_the_real_apiserver(cluster: Cluster) -> None:
     assert report.returncode == 0, report.stderr
     ledgers = {n["node"]: n for n in json.loads(report.stdout)}
     assert len(ledgers) == 1000
-    # It reads the same bindings the apiserver holds: each llama3-8b pod on its node, 16 cores on one NUMA node.
+    # It reads the same bindings the apiserver holds: each llama3-8b pod on its node, 16 cores on one NUMA node, and
+    # (a ledger rebuilt from a list) on the NUMA node the extender chose, which the real apiserver kept on the pod
+    # from the Binding's annotations.
     for pod in cluster.pods(MODEL_NS, "app=isvc.llama3-8b-predictor"):
+        placement = json.loads(pod["metadata"]["annotations"][PLACEMENT])
+        assert placement["node"] == pod["spec"]["nodeName"] and list(placement["numa"].values()) == [16], placement
         held = held_numa(ledgers[pod["spec"]["nodeName"]])
-        assert [cores for _, cores in held[f"{MODEL_NS}/{pod['metadata']['name']}"]] == [16], held
+        assert held[f"{MODEL_NS}/{pod['metadata']['name']}"] == [(int(n), c) for n, c in placement["numa"].items()], \
+            (held, placement)
     table = model_placement("report", "--kubeconfig", kubeconfig)
     assert table.returncode == 0, table.stderr
     for pod in cluster.pods(MODEL_NS, "app=isvc.llama3-8b-predictor"):
@@ -120,6 +126,15 @@ def test_model_pod_that_fits_nowhere_now_stays_pending_with_a_readable_reason(cl
                     annotations={"model-manager.io/preflight": "warn"})
     applied = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
     print("kubectl apply:", applied.stdout, applied.stderr)
+    # What kubectl prints of warn mode's warnings, through the real apiserver's warning recorder: the refusal
+    # enforce would give, each warning ≤ 256 runes (never cut by the apiserver) and split only between clauses,
+    # so the pieces joined at "; " are the message whole, ending with its fix.
+    warned = [line.removeprefix("Warning: ") for line in applied.stderr.splitlines() if line.startswith("Warning: ")]
+    first = "llm/qwen-14b asks for cpu: 16, that is balloon vllm-balloon-tp1: 16 cores"
+    assert warned and warned[0].startswith(first), applied.stderr
+    assert all(len(w) <= 256 for w in warned), warned
+    whole = "; ".join(warned)
+    assert "eligible nodes has that free now (most free: " in whole and whole.endswith("or add capacity."), whole
 
     def scheduled_condition() -> dict[str, Any] | None:
         got = cluster.kubectl_json("-n", MODEL_NS, "get", "pod", "qwen-14b")

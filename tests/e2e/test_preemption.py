@@ -2,7 +2,7 @@
 lower-priority pods on the NUMA node it then gets, and a PodDisruptionBudget moves that choice or stops it.
 
 Each test gets a pool of its own: two 2-NUMA nodes (29 model cores per NUMA node) filled by low-priority model pods
-bound by name, in an order the balloons plugin (and so the ledger) places as
+running before the test where our extender had placed them (the placement it records on each pod):
 
     NUMA 0: a (10 cores), b (10), d (9)        NUMA 1: big (20), c (9)
 
@@ -33,10 +33,11 @@ import pytest
 import yaml
 
 from extender.preempt import WAIT_FOR_SCHEDULER
+from placement.ledger import PLACEMENT, Placed
 from tests.e2e.cluster import Cluster, node, wait_until
 from tests.e2e.fleet import MODEL_NS, POOL, model_pod
 
-LOW_NS = "batch"  # the low-priority pods: not opted in, bound by name as if running before the test
+LOW_NS = "batch"  # the low-priority pods: not opted in, running before the test
 Layout = tuple[tuple[str, int, int], ...]  # role, cores, the NUMA node the ledger puts it on
 # Created in this order (the ledger places them in it), started in the order of START.
 FULL: Layout = (("a", 10, 0), ("big", 20, 1), ("b", 10, 0), ("c", 9, 1), ("d", 9, 0))
@@ -80,10 +81,12 @@ def holders(cluster: Cluster, nodes: list[str]) -> dict[str, tuple[str, int]]:
     return out
 
 
-def low_pod(pool: Pool, node_name: str, k: int, kind: str, cores: int) -> dict[str, Any]:
-    # names sort in creation order: the ledger's order when it rebuilds a node
+def low_pod(pool: Pool, node_name: str, k: int, kind: str, cores: int, numa: int) -> dict[str, Any]:
+    # Bound by name here, but as our extender left them: with the placement its Binding records (a pod bound
+    # without one is of unknown placement, and never a victim).
+    placed = Placed(node_name, ((numa, cores),), ("vllm-balloon-tp1", f"vllm-numa-{numa}")).annotation()
     pod = model_pod(f"{node_name}-p{k}-{kind}", LOW_NS, tp=1, cpu=str(2 * cores), memory="8Gi",
-                    model=f"batch-{kind}", node_name=node_name)
+                    model=f"batch-{kind}", node_name=node_name, annotations={PLACEMENT: placed})
     pod["metadata"]["labels"].update({"role": kind, "pool": pool.name})
     pod["spec"]["priorityClassName"] = "low"
     return pod
@@ -128,8 +131,8 @@ def pools(cluster: Cluster, priority_classes: None) -> Iterator[Callable[[Layout
         wait_until("the pool's nodes in the extender", lambda: all(
             cluster.get_ours("extender", f"/debug/nodes/{n}")[0] == 200 for n in p.nodes), timeout=30)
         for node_name in p.nodes:
-            for k, (kind, cores, _) in enumerate(layout, 1):  # one at a time: the order is the placement
-                cluster.create_pods([low_pod(p, node_name, k, kind, cores)])
+            for k, (kind, cores, numa) in enumerate(layout, 1):
+                cluster.create_pods([low_pod(p, node_name, k, kind, cores, numa)])
         wait_until("the low pods held by the extender",
                    lambda: len(holders(cluster, p.nodes)) == len(layout) * len(p.nodes), timeout=30)
         base = time.time() - 3600

@@ -9,6 +9,11 @@ with sidecars; non-model pods in kube-system and other namespaces. Every model p
   rank), with the cores the ledger predicted on each, on no core another balloon holds; it stays on both;
 - refused by the ledger: what the plugin would have done is recorded, then the pod is removed from the plugin so
   the two stay in step.
+An admitted pod is bound as the extender binds it (`ClusterState.assume`, then the watch's view of the pod with the
+placement annotation the Binding wrote). At one random point of every stream the ledger is thrown away and rebuilt
+from a list of what runs (Node, BalloonsPolicy, the bound pods, the exported NodeResourceTopology where that stream
+reads it back), as a relist, a restart or a standby scheduler's extender rebuilds it: the rebuilt ledger must hold
+every pod where the live one did, and the rest of the stream is judged on it.
 A peer start costs seconds, so scenarios of one (shape, policy) share a peer: removing every pod returns the
 plugin to its state at start (empty balloons are deleted, shared ones deflate to their minimum).
 """
@@ -28,9 +33,11 @@ from placement.balloons import NUMA_TYPE, node_balloons_policy
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import read_model_pod
+from placement.ledger import PLACEMENT
 from placement.mutation import mutate_pod
 from placement.topology import SMT_LABEL, linux_layout
-from tests.oracle.peer import BalloonsPeer, Container, Pod
+from tests.oracle.kubelet import peer_pod, run_pod
+from tests.oracle.peer import BalloonsPeer, Created, Pod
 from tests.oracle.sysfs import NodeShape
 
 SETTINGS = Settings(require_amx=False)
@@ -170,6 +177,7 @@ class Tally:
     bad: list[str] = field(default_factory=list)  # ledger admits, plugin fails / spreads / shares a core
     drift: list[str] = field(default_factory=list)  # both run it, on other NUMA nodes or core counts
     other_failures: list[str] = field(default_factory=list)  # non-model containers the plugin failed
+    forgotten: list[str] = field(default_factory=list)  # a rebuilt ledger that holds a pod elsewhere than the live one
     scenarios: int = 0
 
     def merge(self, other: Tally) -> None:
@@ -178,20 +186,8 @@ class Tally:
         self.bad.extend(other.bad)
         self.drift.extend(other.drift)
         self.other_failures.extend(other.other_failures)
+        self.forgotten.extend(other.forgotten)
         self.scenarios += other.scenarios
-
-
-def peer_pod(pod: dict[str, Any]) -> tuple[Pod, list[Container]]:
-    meta, spec = pod["metadata"], pod["spec"]
-    containers = []
-    guaranteed = True
-    for c in spec["containers"]:
-        res = c.get("resources") or {}
-        req, lim = (res.get("requests") or {}), (res.get("limits") or {})
-        guaranteed &= bool(req) and req.get("cpu") == lim.get("cpu") and req.get("memory") == lim.get("memory")
-        containers.append(Container(c["name"], cpu=req.get("cpu"), cpu_limit=lim.get("cpu")))
-    qos = "Guaranteed" if guaranteed else ("BestEffort" if all(not c.cpu for c in containers) else "Burstable")
-    return Pod(meta["name"], meta["namespace"], qos=qos, annotations=dict(meta.get("annotations") or {})), containers
 
 
 def cores_by_numa(shape: NodeShape, cpus: frozenset[int]) -> dict[int, int]:
@@ -215,10 +211,14 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
     feedback = seed % 2 == 1
     where = f"[{group.label}; group {group.seed}, stream {seed}]"
     pods: dict[str, tuple[Pod, dict[str, Any]]] = {}
+    rebuild_at = random.Random(-seed).randrange(EVENTS)
     try:
-        for event, body in stream(group, seed):
+        for step, (event, body) in enumerate(stream(group, seed)):
             if feedback:
                 cluster.apply("NodeResourceTopology", "MODIFIED", exported_nrt(node))
+            if step == rebuild_at:
+                cluster = rebuilt(cluster, group, [obj for _, obj in pods.values()],
+                                  exported_nrt(node) if feedback else None, f"{where} at event {step}", tally)
             if event == "delete":
                 if body["name"] in pods:  # a pod the ledger refused never ran
                     peer, obj = pods.pop(body["name"])
@@ -226,14 +226,17 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
                     cluster.apply("Pod", "DELETED", obj)
                 continue
             mutated = mutate_pod(body, cluster).pod
-            peer, containers = peer_pod(mutated)
+            run = peer_pod(mutated)
+            peer = run.pod
             demand = read_model_pod(mutated, SETTINGS) if mutated["metadata"]["labels"].get("model-manager.io/model") else None
             verdict = cluster.fit(demand, cluster.ledger(NODE)) if demand is not None else None  # type: ignore[arg-type]
-            results = [node.create(peer, c) for c in containers]
-            model = results[0] if demand is not None else None
-            for c, got in zip(containers, results):
-                if not got.ok and (demand is None or c.name != demand.container):
-                    tally.other_failures.append(f"{where} {peer.namespace}/{peer.name}/{c.name}: {got.error}")
+            results = run_pod(node, run)
+            # A failed init container leaves the model container never created: the pod fails there.
+            model = (results.get(demand.container) or Created(error="an init container failed first")
+                     if demand is not None else None)
+            for name, got in results.items():
+                if not got.ok and (demand is None or name != demand.container):
+                    tally.other_failures.append(f"{where} {peer.namespace}/{peer.name}/{name}: {got.error}")
             if verdict is None:
                 pods[body["metadata"]["name"]] = (peer, _bound(mutated))
                 cluster.apply("Pod", "ADDED", _bound(mutated))
@@ -264,16 +267,40 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
                 if set(spread) != set(model.mems):  # pinMemory: memory from exactly its ranks' NUMA nodes
                     tally.bad.append(f"{where} {peer.name}: cores on NUMA {sorted(spread)}, memory pinned to "
                                      f"{sorted(model.mems)}")
-            pods[peer.name] = (peer, _bound(mutated))
-            cluster.apply("Pod", "ADDED", _bound(mutated))
+            # As /bind does: hold the cores, then the Binding writes the placement onto the pod the watch shows.
+            uid = mutated["metadata"]["uid"]
+            assert cluster.assume(uid, peer.namespace, peer.name, demand, NODE).ok
+            bound = _bound(mutated, cluster.placement(uid))
+            pods[peer.name] = (peer, bound)
+            cluster.apply("Pod", "ADDED", bound)
     finally:
         for peer, _ in pods.values():
             node.remove_pod(peer)
     tally.scenarios += 1
 
 
-def _bound(pod: dict[str, Any]) -> dict[str, Any]:
-    return {**pod, "spec": {**pod["spec"], "nodeName": NODE}, "status": {"phase": "Running"}}
+def _bound(pod: dict[str, Any], placement: str | None = None) -> dict[str, Any]:
+    meta = pod["metadata"]
+    if placement is not None:
+        meta = {**meta, "annotations": {**(meta.get("annotations") or {}), PLACEMENT: placement}}
+    return {**pod, "metadata": meta, "spec": {**pod["spec"], "nodeName": NODE}, "status": {"phase": "Running"}}
+
+
+def rebuilt(live: ClusterState, group: Group, pods: list[dict[str, Any]], nrt: dict[str, Any] | None, where: str,
+            tally: Tally) -> ClusterState:
+    """A ledger rebuilt from a list of what runs, as after a relist, a restart or a failover; where it holds a pod
+    elsewhere than the live ledger did, that is recorded."""
+    cluster = ClusterState.from_objects([*node_objects(group), *pods, *([nrt] if nrt else [])], SETTINGS)
+    was, now = live.ledger(NODE), cluster.ledger(NODE)
+    assert was is not None and now is not None
+    for uid, holding in was.holdings.items():
+        again = now.holdings.get(uid)
+        if again is None or again.per_numa != holding.per_numa or set(again.types) != set(holding.types):
+            tally.forgotten.append(f"{where}: {holding.pod} held {holding.per_numa} {holding.types}, rebuilt "
+                                   f"{None if again is None else (again.per_numa, again.types)}")
+    if now.free() != was.free():
+        tally.forgotten.append(f"{where}: free cores per NUMA node {was.free()} live, {now.free()} rebuilt")
+    return cluster
 
 
 def _balloon_cpus(node: BalloonsPeer, pod: Pod, container: str) -> frozenset[int]:
@@ -319,8 +346,10 @@ def test_the_ledger_never_admits_what_the_plugin_fails_spreads_or_shares(capsys:
         print(f"  both run it, on other NUMA nodes or core counts: {len(total.drift)}")
         print(f"  ledger refusals the plugin would run NUMA-locally, by check: {dict(total.refusals)}")
         print(f"  non-model containers the plugin failed: {len(total.other_failures)}")
-        for line in (total.bad + total.drift + total.other_failures)[:12]:
+        print(f"  rebuilt ledgers that hold a pod elsewhere than the live one: {len(total.forgotten)}")
+        for line in (total.bad + total.forgotten + total.drift + total.other_failures)[:12]:
             print("   ", line)
     assert total.scenarios >= 300
     assert total.table["admit/local"] > sum(total.table.values()) / 4  # the streams exercise admissions
     assert not total.bad, "\n".join(total.bad[:20])
+    assert not total.forgotten, "\n".join(total.forgotten[:20])

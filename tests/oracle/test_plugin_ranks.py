@@ -10,7 +10,8 @@ from placement.demand import read_model_pod
 from placement.mutation import mutate_pod
 from tests.oracle.peer import BalloonsPeer
 from tests.oracle.sysfs import NodeShape
-from tests.oracle.test_differential import NODE, SETTINGS, Group, model_pod, node_objects, peer_pod, policy_spec
+from tests.oracle.kubelet import peer_pod
+from tests.oracle.test_differential import NODE, SETTINGS, Group, model_pod, node_objects, policy_spec
 
 SNC2 = Group(seed=3, shape=NodeShape(packages=2, numa_per_package=2, cores_per_numa=24), policy="generated")
 
@@ -25,7 +26,8 @@ def test_every_rank_gets_its_own_numa_node_and_memory_follows_it(args: list[str]
     demand = read_model_pod(mutated, SETTINGS)
     fit = cluster.fit(demand, cluster.ledger(NODE))  # type: ignore[arg-type]
     assert fit.ok and len(fit.per_numa) == demand.numa_nodes
-    peer, [container] = peer_pod(mutated)
+    run = peer_pod(mutated)
+    peer, [container] = run.pod, run.containers
     with BalloonsPeer(SNC2.shape, policy_spec(SNC2)) as node:
         got = node.create(peer, container)
     assert got.ok, got.error

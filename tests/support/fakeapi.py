@@ -622,6 +622,9 @@ class FakeApiServer:
                                f'Operation cannot be fulfilled on pods/binding "{name}": {conflict}',
                                {"name": name, "kind": "pods/binding"})
         pod.setdefault("spec", {})["nodeName"] = target["name"]
+        # The Binding's annotations are merged into the pod's in the same write (setPodNodeAndMetadata).
+        if meta.get("annotations"):
+            pod["metadata"]["annotations"] = {**(pod["metadata"].get("annotations") or {}), **meta["annotations"]}
         conditions = pod.setdefault("status", {}).setdefault("conditions", [])
         conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
         conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,

@@ -16,9 +16,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def command() -> list[str]:
-    """The installed console script when it sits next to this interpreter, else the module."""
+    """The installed console script when it sits next to this interpreter and runs this checkout's code,
+    else the module (an editable install of another worktree would test that worktree's code)."""
     script = Path(sys.executable).with_name("model-placement")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "server.cli"]
+    if script.exists() and _installed_from_here():
+        return [str(script)]
+    return ["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "server.cli"]  # this checkout, from any directory
+
+
+def _installed_from_here() -> bool:
+    from importlib import metadata
+
+    try:
+        direct = json.loads(metadata.distribution("model-placement").read_text("direct_url.json") or "{}")
+    except metadata.PackageNotFoundError:
+        return False
+    if not (direct.get("dir_info") or {}).get("editable"):
+        return True  # a built install: the code an operator runs
+    return bool(direct.get("url") == ROOT.as_uri())
 
 
 class ServerProcess:
@@ -61,10 +76,15 @@ class ServerProcess:
         self.reader.join(5)
         return code
 
-    def stop(self, timeout: float = 20) -> int:
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, then its exit code within `timeout`: by default the manifests' terminationGracePeriodSeconds,
+        what the kubelet allows before SIGKILL."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.wait(timeout)
+        try:
+            return self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running {timeout:g} s after SIGTERM; last lines: {self.lines[-8:]}") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
