@@ -30,6 +30,7 @@ from extender.filter import Judge, PodRef, describe_demand, filter_nodes
 from extender.holds import Holds
 from extender.preempt import Preemption
 from extender.score import rank, standouts
+from extender.waiting import Waiting, retry_waiting
 from placement.cluster import pod_priority
 from placement.fit import fmt_free
 from server import metrics
@@ -40,6 +41,7 @@ log = logging.getLogger("model_placement.extender")
 JUDGE: web.AppKey[Judge] = web.AppKey("extender_judge", Judge)
 HOLDS: web.AppKey[Holds] = web.AppKey("extender_holds", Holds)
 PREEMPTION: web.AppKey[Preemption] = web.AppKey("extender_preemption", Preemption)
+WAITING: web.AppKey[Waiting] = web.AppKey("extender_waiting", Waiting)
 FIRST_REASONS = 3
 WARM_SLICE_SECONDS = 0.0005
 WARM_IDLE_SECONDS = 0.05
@@ -53,8 +55,10 @@ def add_routes(app: web.Application) -> None:
     app[JUDGE] = Judge(app[RUNTIME].cluster)
     app[HOLDS] = Holds(app[RUNTIME].cluster)
     app[PREEMPTION] = Preemption(app[RUNTIME], app[JUDGE])
+    app[WAITING] = Waiting(app[JUDGE])
     app.cleanup_ctx.append(_warm_verdicts)
     app.cleanup_ctx.append(_loop_api)
+    app.cleanup_ctx.append(_retry_waiting)  # after _loop_api: stopped before the API client closes
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/prioritize", handle_prioritize)
     app.router.add_post("/preempt", handle_preempt)
@@ -96,6 +100,19 @@ async def _loop_api(app: web.Application) -> AsyncIterator[None]:
     yield
     await runtime.api.close()
     runtime.api = None
+
+
+async def _retry_waiting(app: web.Application) -> AsyncIterator[None]:
+    """Ask kube-scheduler to retry the pods /filter refused once the watch shows room for them (`extender.waiting`):
+    only when connected, since only then does a watch change the ledgers."""
+    if app[RUNTIME].api is None:
+        yield
+        return
+    task = asyncio.create_task(retry_waiting(app[RUNTIME], app[WAITING]))
+    yield
+    task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
 
 
 def _judge(request: web.Request) -> Judge:
@@ -156,6 +173,7 @@ async def handle_filter(request: web.Request) -> web.Response:
         holds.release(ref.uid)  # a new attempt at this pod: whatever its last one held is over
     asked = judge.fits_asked
     out = filter_nodes(judge, ref, args.names)
+    request.app[WAITING].after_filter(ref, args.names, out)
     if len(out.passed) == 1 and ref.demand is not None:
         holds.hold(ref, out.passed[0])  # kube-scheduler picks the only feasible node without /prioritize
     elif out.decision == "fits-nowhere":

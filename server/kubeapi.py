@@ -133,7 +133,7 @@ class LoopApi:
             ssl=_ssl_context(cfg) if self._host.startswith("https:") else False,
             limit=cfg.connection_pool_maxsize or 16))
 
-    def _headers(self, body: bool) -> dict[str, str]:
+    def _headers(self, content_type: str | None) -> dict[str, str]:
         now = self._clock()
         if now >= self._auth_until:
             # A rotated ServiceAccount token is re-read here (the loaders' refresh hooks), at most every
@@ -143,18 +143,19 @@ class LoopApi:
             self._auth = {a["key"]: str(a["value"]) for a in self._config.auth_settings().values()}
             self._auth_until = now + AUTH_SECONDS
         headers = {**self._default_headers, "Accept": "application/json", **self._auth}
-        if body:
-            headers["Content-Type"] = "application/json"
+        if content_type:
+            headers["Content-Type"] = content_type
         return headers
 
     async def call(self, method: str, path: str, *, body: Any = None, error: type[KubeApiError] = KubeApiError,
-                   context: str = "", timeout: float, connect_timeout: float) -> bytes:
+                   context: str = "", timeout: float, connect_timeout: float,
+                   content_type: str = "application/json") -> bytes:
         """The body of a 2xx answer within `timeout` seconds; otherwise `error` with the apiserver's message.
         TimeoutError when it did not answer in time (it may still act on the request); ConnectionError when the
         connection failed."""
         try:
             async with self._session.request(
-                    method, self._host + path, headers=self._headers(body is not None),
+                    method, self._host + path, headers=self._headers(content_type if body is not None else None),
                     data=None if body is None else orjson.dumps(body), proxy=self._proxy,
                     server_hostname=self._server_name,
                     timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=min(connect_timeout, timeout))) as resp:
@@ -224,6 +225,17 @@ async def bind_pod(api: LoopApi, namespace: str, name: str, uid: str | None, nod
     await api.call("POST", pod_path(namespace, name) + "/binding", body=binding, error=BindError,
                    context=f"binding pod {namespace}/{name} to node {node} failed", timeout=timeout,
                    connect_timeout=connect_timeout)
+
+
+async def patch_pod_status(api: LoopApi, namespace: str, name: str, uid: str, status: dict[str, Any], *,
+                           timeout: float, connect_timeout: float) -> None:
+    """Merge ``status`` into the pod's (``PATCH pods/{name}/status``, a strategic merge patch: conditions merge by
+    type, the others are kept), as kube-scheduler writes its PodScheduled condition. ``uid`` must be the pod's:
+    one re-created under the same name is refused, not patched."""
+    await api.call("PATCH", pod_path(namespace, name) + "/status",
+                   body={"metadata": {"uid": uid}, "status": status}, context=f"patching the status of pod "
+                   f"{namespace}/{name}", timeout=timeout, connect_timeout=connect_timeout,
+                   content_type="application/strategic-merge-patch+json")
 
 
 def evict_pod(api_client: client.ApiClient, namespace: str, name: str, uid: str, *,

@@ -27,6 +27,9 @@ PREEMPTIONS = Counter("model_placement_extender_preemptions_total",
                       "Preemption decisions: path scheduler (/preempt, per node kept or dropped) or own (our "
                       "evictions for nodes only we refused: evicted, refused by the apiserver, none possible)",
                       ["path", "result"])
+RETRIES = Counter("model_placement_extender_retries_asked_total",
+                  "Pods /filter turned away for want of room that the extender asked kube-scheduler to retry once "
+                  "the room appeared, by result (asked, not-asked)", ["result"])
 BIND = Counter("model_placement_extender_bind_total", "Bind results", ["result"])
 ASSUMED_EXPIRED = Counter("model_placement_assumed_pods_expired_total",
                           "Assumed pods released because no binding was seen in time")

@@ -127,6 +127,7 @@ OUR_CLUSTER_ROLES = {
     },
     "model-placement:pod-binder": {
         ("", "pods/binding", ()): {"create"},
+        ("", "pods/status", ()): {"patch"},
     },
     "model-placement-scheduler:preemption": {
         ("", "pods/eviction", ()): {"create"},

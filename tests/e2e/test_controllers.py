@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from extender.waiting import CONDITION
+from placement.ledger import PLACEMENT, Placed
 from tests.e2e.cluster import Cluster, node, wait_until
 from tests.e2e.fleet import MODEL_NS, PLACED_NS, POOL, model_deployment, model_pod
 
@@ -21,7 +23,10 @@ MESSAGE = "cpu-policy.model-manager.io/message"
 def test_a_deployment_scaled_while_full_gets_its_replica_bound_as_soon_as_room_appears(cluster: Cluster) -> None:
     # One node of its own (pool `ctl`): 29 model cores per NUMA node; a running 20-core model leaves 9 on one.
     cluster.create_nodes([node(NODE, numa=2, cores_per_numa=32, labels={POOL: "ctl"})])
-    cluster.create_pods([model_pod("ctl-blocker", PLACED_NS, tp=1, cpu="40", node_name=NODE)])
+    # Bound by name, as our extender would have bound it: with the placement its Binding records (NUMA node 0).
+    placed = Placed(NODE, ((0, 20),), ("vllm-balloon-tp1", "vllm-numa-0")).annotation()
+    cluster.create_pods([model_pod("ctl-blocker", PLACED_NS, tp=1, cpu="40", node_name=NODE,
+                                   annotations={PLACEMENT: placed})])
     deployment = model_deployment(NAME, MODEL_NS, 1)  # 16 cores, TP=1
     deployment["spec"]["template"]["spec"]["nodeSelector"] = {POOL: "ctl"}
     timeline: dict[str, Any] = {}
@@ -70,6 +75,9 @@ def test_a_deployment_scaled_while_full_gets_its_replica_bound_as_soon_as_room_a
             timeout=60, every=0.05)
         timeline["bound_after_room_s"] = round(time.monotonic() - freed, 2)
         assert bound == NODE
+        # Whether the scheduler retried before our watch showed the room, so that our extender had to ask again.
+        status = cluster.api.get(f"/api/v1/namespaces/{MODEL_NS}/pods/{waiting['metadata']['name']}")["status"]
+        timeline["extender_asked_retry"] = any(c["type"] == CONDITION for c in status.get("conditions", ()))
         print("timeline:", json.dumps(timeline))
         (cluster.root / "issue23-timeline.json").write_text(json.dumps(timeline, indent=2))
     finally:

@@ -118,6 +118,7 @@ class FakeApiServer:
         self._fail_next_list: dict[str, tuple[int, int]] = {}
         self._held_lists: dict[str, asyncio.Event] = {}
         self.evictions: list[str] = []  # namespace/name of every eviction asked for, allowed or not
+        self.status_patches: list[tuple[str, list[dict[str, Any]]]] = []  # namespace/name and conditions patched
         self._watchers: set[_Watcher] = set()
         self._snapshots: dict[str, tuple[int, list[bytes]]] = {}
         self._snapshot_ids = itertools.count(1)
@@ -473,6 +474,8 @@ class FakeApiServer:
             return await self._bind(request, namespace, name)
         if request.method == "POST" and res.kind == "Pod" and sub == "eviction" and namespace and name:
             return await self._evict(request, namespace, name)
+        if request.method == "PATCH" and res.kind == "Pod" and sub == "status" and namespace and name:
+            return await self._patch_status(request, namespace, name)
         if request.method != "GET" or sub is not None:
             return self._error(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource")
@@ -632,6 +635,32 @@ class FakeApiServer:
         self._put("Pod", pod, create=False)
         return self._json(201, status(201, "", ""))
 
+
+    async def _patch_status(self, request: web.Request, namespace: str, name: str) -> web.Response:
+        """A strategic merge patch of pods/status, as far as the extender sends one: status.conditions merged by
+        type (the patchMergeKey of PodStatus.conditions); metadata.uid must match (it is immutable)."""
+        if request.content_type != "application/strategic-merge-patch+json":
+            return self._error(415, "UnsupportedMediaType",
+                               f"the body of the request was in an unknown format: {request.content_type}")
+        try:
+            patch = orjson.loads(await request.read())
+            conditions = (patch.get("status") or {}).get("conditions") or []
+            uid = (patch.get("metadata") or {}).get("uid")
+        except (ValueError, AttributeError):
+            return self._error(400, "BadRequest", "not a strategic merge patch")
+        raw = self._objects["Pod"].get(_key(namespace, name))
+        if raw is None:
+            return self._error(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+        pod = orjson.loads(raw)
+        if uid and uid != pod["metadata"]["uid"]:
+            return self._error(422, "Invalid", f'Pod "{name}" is invalid: metadata.uid: Invalid value: "{uid}": '
+                               "field is immutable", {"name": name, "kind": "Pod"})
+        have = pod.setdefault("status", {}).setdefault("conditions", [])
+        for condition in conditions:
+            have[:] = [c for c in have if c.get("type") != condition.get("type")]
+            have.append(condition)
+        self.status_patches.append((f"{namespace}/{name}", conditions))
+        return self._json(200, self._put("Pod", pod, create=False))
 
     async def _evict(self, request: web.Request, namespace: str, name: str) -> web.Response:
         """policy/v1 Eviction: 429 while a PodDisruptionBudget of the pod (matchLabels only) allows no
