@@ -64,8 +64,30 @@ class Settings(BaseModel):
     llm_workloads: bool = True
     # Namespaces never touched, whatever the webhook configuration sends us.
     protected_namespaces: tuple[str, ...] = ("kube-system", "model-placement")
+    # Under kubelet-static, what a native sidecar (an init container with restartPolicy: Always) that sets no cpu or
+    # memory is given as requests = limits: without both, the pod is Burstable and the kubelet pins no core.
+    native_sidecar_cpu: str = "100m"
+    native_sidecar_memory: str = "128Mi"
     # An assumed pod (bound by us, not yet seen bound by the watch) is dropped after this long.
     assume_ttl_seconds: float = Field(default=30.0, gt=0)
+
+    @field_validator("native_sidecar_cpu")
+    @classmethod
+    def _cpu(cls, value: str) -> str:
+        from placement.quantity import cpu_milli  # local, as below
+
+        if cpu_milli(value) <= 0:
+            raise ValueError(f"{value!r} is no CPU: give a positive quantity such as 100m")
+        return value
+
+    @field_validator("native_sidecar_memory")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        from placement.quantity import memory_bytes
+
+        if memory_bytes(value) <= 0:
+            raise ValueError(f"{value!r} is no memory: give a positive quantity such as 128Mi")
+        return value
 
     @field_validator("nri_reserved_cpu_list")
     @classmethod

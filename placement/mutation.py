@@ -127,7 +127,8 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
             _set_cpu(spec, demand.container, format_cpu(milli))
             resolved = replace(resolved, cpu_milli=milli, requested_milli=demand.requested_milli or demand.cpu_milli)
     elif resolution.policy == "kubelet-static":
-        _make_guaranteed(spec, demand.container, tpc)
+        _make_guaranteed(spec, demand.container, tpc, {"cpu": settings.native_sidecar_cpu,
+                                                        "memory": settings.native_sidecar_memory})
     annotations[OUT_CPUS] = str(nominal_cpus(resolved, tpc))
     return Mutation(out, resolved, resolution, None)
 
@@ -212,11 +213,13 @@ def _whole_cpus(value: object) -> int | None:
     return milli // 1000 if milli % 1000 == 0 else None
 
 
-def _make_guaranteed(spec: dict[str, Any], model_container: str, tpc: int) -> None:
+def _make_guaranteed(spec: dict[str, Any], model_container: str, tpc: int, sidecar: Mapping[str, str]) -> None:
     """requests == limits for cpu and memory everywhere; whole CPU counts rounded up to whole cores,
     because kubelet's full-pcpus-only answers SMTAlignmentError to an odd count. A fractional
-    sidecar stays fractional: it runs in the shared pool. A value we cannot read is left for the
-    validating webhook to refuse with a message."""
+    sidecar stays fractional: it runs in the shared pool. A native sidecar that sets neither (KServe's
+    llm-d-routing-sidecar has `resources: {}`) is given `sidecar`: it runs beside the model for the pod's life,
+    so the pod is Guaranteed only if it is too. A value we cannot read is left for the validating webhook to
+    refuse with a message."""
     for section in ("initContainers", "containers"):
         if isinstance(spec.get(section), list):
             spec[section] = [_writable_container(c) for c in spec[section]]
@@ -225,8 +228,11 @@ def _make_guaranteed(spec: dict[str, Any], model_container: str, tpc: int) -> No
             container["resources"] = resources
             requests = resources.get("requests") or {}
             limits = resources.get("limits") or {}
+            native = section == "initContainers" and container.get("restartPolicy") == "Always"
             for name in ("cpu", "memory"):
                 value = requests.get(name, limits.get(name))
+                if value is None and native:
+                    value = sidecar[name]
                 if value is None:
                     continue
                 if name == "cpu":

@@ -33,6 +33,9 @@ def test_environment_beats_file(tmp_path: Path) -> None:
     ("mm_kubelet_threads_per_core: 0\n", ["mm_kubelet_threads_per_core", "0"]),
     ("scoring_strategy: Random\n", ["scoring_strategy", "MostAllocated"]),
     ("nri_reserved_cpu_list: 0-x\n", ["nri_reserved_cpu_list", "0-x"]),
+    ("native_sidecar_cpu: lots\n", ["native_sidecar_cpu", "lots"]),
+    ("native_sidecar_cpu: '0'\n", ["native_sidecar_cpu", "positive quantity such as 100m"]),
+    ("native_sidecar_memory: -1Mi\n", ["native_sidecar_memory", "-1Mi"]),
     ("nri_deplyment_profile: full\n", ["nri_deplyment_profile", "known keys"]),
 ])
 def test_invalid_values_fail_naming_key_value_and_allowed(tmp_path: Path, text: str, words: list[str]) -> None:

@@ -108,3 +108,28 @@ async def test_vllm_settings_that_disagree_with_the_balloon_are_told_as_short_wa
     assert good.allowed and not good.warnings, good.warnings
     # A pod that sets no VLLM_CPU_* runs vLLM's defaults, which follow the balloon: nothing to tell.
     assert not (await admitted(wh, review("ar-pod-llmisvc-decode.json"))).warnings
+
+
+async def test_the_decode_pods_native_sidecar_is_made_guaranteed_under_kubelet_static(
+        make_webhook: MakeWebhook) -> None:
+    """KServe's llm-d-routing-sidecar is a native sidecar with `resources: {}`: left so, the pod is Burstable and the
+    kubelet's static CPU manager pins none of the model's cores. It gets the configured default as requests =
+    limits; the model container keeps whole CPUs; an ordinary init container without resources is not invented."""
+    from placement.config import Settings
+
+    static = await make_webhook(settings=Settings(kubernetes_cpu_policy="kubelet-static", native_sidecar_cpu="250m"))
+    sent = review("ar-pod-llmisvc-decode.json")
+    mutated = (await static.mutate(sent)).pod
+    sidecar = mutated["spec"]["initContainers"][0]
+    assert sidecar["name"] == "llm-d-routing-sidecar"
+    assert sidecar["resources"] == {"requests": {"cpu": "250m", "memory": "128Mi"},
+                                    "limits": {"cpu": "250m", "memory": "128Mi"}}
+    main = mutated["spec"]["containers"][0]["resources"]
+    assert main["requests"] == main["limits"] and main["requests"]["cpu"] == "16", main
+    validate = review("ar-pod-llmisvc-decode.json", uid="decode-validate")
+    validate["request"]["object"] = mutated
+    assert (await admitted(static, validate)).allowed
+    # Without the sidecar's restartPolicy it is an ordinary init container: what it lacks is for /validate to name.
+    plain = review("ar-pod-llmisvc-decode.json", uid="plain-init")
+    del plain["request"]["object"]["spec"]["initContainers"][0]["restartPolicy"]
+    assert (await static.mutate(plain)).pod["spec"]["initContainers"][0]["resources"] == {}
