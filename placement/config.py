@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 CpuPolicy = Literal["nri-balloons", "kubelet-static", "best-effort"]
 Preflight = Literal["enforce", "warn", "skip"]
@@ -71,22 +71,14 @@ class Settings(BaseModel):
     # An assumed pod (bound by us, not yet seen bound by the watch) is dropped after this long.
     assume_ttl_seconds: float = Field(default=30.0, gt=0)
 
-    @field_validator("native_sidecar_cpu")
+    @field_validator("native_sidecar_cpu", "native_sidecar_memory")
     @classmethod
-    def _cpu(cls, value: str) -> str:
-        from placement.quantity import cpu_milli  # local, as below
+    def _positive_quantity(cls, value: str, info: ValidationInfo) -> str:
+        from placement.quantity import cpu_milli, memory_bytes  # local, as below
 
-        if cpu_milli(value) <= 0:
-            raise ValueError(f"{value!r} is no CPU: give a positive quantity such as 100m")
-        return value
-
-    @field_validator("native_sidecar_memory")
-    @classmethod
-    def _memory(cls, value: str) -> str:
-        from placement.quantity import memory_bytes
-
-        if memory_bytes(value) <= 0:
-            raise ValueError(f"{value!r} is no memory: give a positive quantity such as 128Mi")
+        cpu = info.field_name == "native_sidecar_cpu"
+        if (cpu_milli if cpu else memory_bytes)(value) <= 0:
+            raise ValueError(f"{value!r} is none: give a positive quantity such as {'100m' if cpu else '128Mi'}")
         return value
 
     @field_validator("nri_reserved_cpu_list")
