@@ -87,35 +87,45 @@ def test_a_deployment_scaled_while_full_gets_its_replica_bound_as_soon_as_room_a
         cluster.kubectl("delete", "node", NODE, "--wait=false", check=False)
 
 
+# The pods KServe's controllers render (tests/fixtures, written from kserve/kserve's config/llmisvcconfig templates
+# and its InferenceService predictor), each with the NUMA nodes and cores per rank it must be pinned on.
+KSERVE_PODS = {  # fixture -> (name here, NUMA nodes, cores per NUMA node)
+    "ar-pod-llmisvc-decode.json": ("qwen3-8b-kserve-e2e", 2, 8),  # TP=2 in bash -c eval, a native routing sidecar
+    "ar-pod-llmisvc-prefill.json": ("qwen3-8b-prefill-e2e", 2, 8),
+    "ar-pod-llmisvc-lws-worker.json": ("qwen3-8b-lws-worker-e2e", 4, 4),  # 2 local DP ranks x TP=2
+    "ar-pod-kserve-rs.json": ("llama3-8b-predictor-e2e", 1, 16),  # an InferenceService predictor, TP=1
+}
+
+
 def test_kserve_llm_workload_pods_are_placed_and_the_router_is_left_alone(cluster: Cluster) -> None:
-    """Pods shaped as KServe's LLMInferenceService controller renders them (tests/fixtures/ar-pod-llmisvc-*.json,
-    written from its config/llmisvcconfig templates), created through the real apiserver: the decode pod (TP=2 in
-    its `bash -c 'eval "exec vllm serve …"'`, a native routing sidecar) is pinned and bound by our extender; the
-    router-scheduler pod is not touched. Without their owners (no KServe controller here) they are a person's pods."""
+    """Pods shaped as KServe renders them, created through the real apiserver: the LLMInferenceService decode and
+    prefill pods, a LeaderWorkerSet worker (its own ranks) and an InferenceService predictor are each pinned on one
+    NUMA node per rank and bound by our extender; the router-scheduler pod is not touched. Without their owners (no
+    KServe controller here) they are a person's pods."""
     from tests.conftest import fixture_json
     from tests.e2e.test_placement import debug_node, held_numa
 
-    decode = fixture_json("ar-pod-llmisvc-decode.json")["request"]["object"]
-    router = fixture_json("ar-pod-llmisvc-router-scheduler.json")["request"]["object"]
-    for pod, name in ((decode, "qwen3-8b-kserve-e2e"), (router, "qwen3-8b-router-e2e")):
+    sent = {**{f: name for f, (name, _, _) in KSERVE_PODS.items()},
+            "ar-pod-llmisvc-router-scheduler.json": "qwen3-8b-router-e2e"}
+    for fixture, name in sent.items():
+        pod = fixture_json(fixture)["request"]["object"]
         meta = pod["metadata"]
-        meta.pop("ownerReferences"), meta.pop("generateName")
+        meta.pop("ownerReferences", None), meta.pop("generateName", None)
         meta["name"] = name
         pod["spec"]["serviceAccountName"] = "default"
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
     try:
-        placed = wait_until("the decode pod bound", lambda: (p := cluster.api.get(
-            f"/api/v1/namespaces/{MODEL_NS}/pods/qwen3-8b-kserve-e2e"))["spec"].get("nodeName") and p, timeout=90)
-        ann = placed["metadata"]["annotations"]
-        assert ann["balloon.balloons.resource-policy.nri.io/container.main"] == "vllm-balloon-tp2", ann
-        assert ann["cpu-policy.model-manager.io/numa-nodes"] == "2"
-        assert placed["spec"]["schedulerName"] == "model-placement-scheduler"
-        # Its ranks on two NUMA nodes, 8 cores each (a full node's 9 free per NUMA node are enough).
-        held = held_numa(debug_node(cluster, placed["spec"]["nodeName"]))
-        assert sorted(cores for _, cores in held[f"{MODEL_NS}/qwen3-8b-kserve-e2e"]) == [8, 8], held
+        for fixture, (name, numa_nodes, cores) in KSERVE_PODS.items():
+            placed = wait_until(f"{name} bound", lambda: (p := cluster.api.get(
+                f"/api/v1/namespaces/{MODEL_NS}/pods/{name}"))["spec"].get("nodeName") and p, timeout=90)
+            ann = placed["metadata"]["annotations"]
+            assert ann["cpu-policy.model-manager.io/numa-nodes"] == str(numa_nodes), (fixture, ann)
+            assert placed["spec"]["schedulerName"] == "model-placement-scheduler", fixture
+            # One NUMA node per rank, each with the rank's cores, as the extender's ledger holds it.
+            held = held_numa(debug_node(cluster, placed["spec"]["nodeName"]))[f"{MODEL_NS}/{name}"]
+            assert len({numa for numa, _ in held}) == numa_nodes and all(c == cores for _, c in held), (fixture, held)
         stored = cluster.api.get(f"/api/v1/namespaces/{MODEL_NS}/pods/qwen3-8b-router-e2e")
         assert not any(k.startswith("cpu-policy.model-manager.io/") for k in stored["metadata"]["annotations"])
         assert stored["spec"]["schedulerName"] == "default-scheduler"
     finally:
-        cluster.kubectl("-n", MODEL_NS, "delete", "pod", "qwen3-8b-kserve-e2e", "qwen3-8b-router-e2e",
-                        "--grace-period=0", "--force", check=False)
+        cluster.kubectl("-n", MODEL_NS, "delete", "pod", *sent.values(), "--grace-period=0", "--force", check=False)
