@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import orjson
 
+from placement import inflation
 from placement.demand import ModelIdentity
 from placement.topology import RESERVED_TYPE, BalloonsPolicy, BalloonType, CPUSet, Topology
 
@@ -170,6 +171,9 @@ class NodeLedger:
     _shared_total: int = field(init=False, default=0)
     _shared_by_type: dict[str, int] = field(init=False, default_factory=dict)
     _shared_count: dict[str, int] = field(init=False, default_factory=dict)
+    # Under the balloons plugin, per shared balloon type: cores per NUMA node it has grown into, applied resize by
+    # resize as the plugin does (`placement.inflation`): where it grew depends on what was free then.
+    _grown: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
     _instances: dict[str, int] = field(init=False, default_factory=dict)
     _instance_key: tuple[tuple[str, int], ...] | None = field(init=False, default=None)
     _balloons: dict[str, int] = field(init=False, default_factory=dict)  # holdings per balloon type
@@ -251,23 +255,49 @@ class NodeLedger:
     def _spill_elastic(self, avail: list[int]) -> tuple[int, ...]:
         if self.observed_shared is not None:
             return _clamped([a - o for a, o in zip(avail, self.observed_shared)])
-        if not self._shared_by_type:
-            return tuple(avail)  # nothing shared: no balloon grows into model cores
+        if self._grown:
+            return _clamped([a - sum(g[i] for g in self._grown.values()) for i, a in enumerate(avail)])
+        if not self._shared_by_type or self._balloons_running:
+            return tuple(avail)  # nothing shared grows into model cores
+        # The kubelet's shared pool: it grows where most is free.
         free = list(avail)
-        policy = self.nri.policy
-        # When some type prefers a NUMA node, every other type is pushed away from all of them in NUMA order
-        # (fillFarFromDevices), so shared balloons grow into the highest NUMA node with room; otherwise the
-        # allocator inflates where most is free.
-        last_first = policy is not None and self.nri.running and policy.numa_preferring
         for _ in range(min(self.elastic_cores, sum(self.capacity))):
-            if last_first:
-                i = max((k for k in range(len(free)) if free[k] > 0), default=-1)
-            else:
-                i = max(range(len(free)), key=lambda k: (free[k], -k))
-            if i < 0 or free[i] <= 0:
+            i = max(range(len(free)), key=lambda k: (free[k], -k))
+            if free[i] <= 0:
                 break
             free[i] -= 1
         return _clamped(free)
+
+    @property
+    def _balloons_running(self) -> bool:
+        return self.nri.policy is not None and self.nri.running
+
+    def _resize_shared(self, balloon: str) -> None:
+        """Grow or shrink shared balloon type `balloon` to what its containers request now, where the plugin
+        would: from what is free at this moment."""
+        policy = self.nri.policy
+        if policy is None or not self.nri.running:
+            return
+        btype = policy.route_type(balloon)
+        milli = self._shared_by_type.get(balloon)
+        want = 0 if milli is None else \
+            math.ceil(shared_balloon_cpus(btype, milli, len(self.reserved)) / self.threads_per_core)
+        grown = self._grown.get(balloon, (0,) * len(self.capacity))
+        base = tuple(len(n.cores) - c for n, c in zip(self.topology.numa_nodes, self.capacity)) \
+            if btype.name == RESERVED_TYPE else ()
+        delta = want - sum(grown)
+        self._free = None
+        if delta > 0:
+            far = tuple(dict.fromkeys(t.close_numa for t in policy.balloon_types
+                                      if t.close_numa is not None and t.close_numa != btype.close_numa))
+            grown = inflation.grow(grown, self.free(), delta, close=btype.close_numa, far=far, base=base,
+                                   balancing=policy.topology_balancing)
+        elif delta < 0:
+            grown = inflation.shrink(grown, self.free(), -delta, base=base)
+        if any(grown):
+            self._grown[balloon] = grown
+        else:
+            self._grown.pop(balloon, None)
 
     # -- changes -----------------------------------------------------------------------------------
 
@@ -354,7 +384,7 @@ class NodeLedger:
         """Containers of pod `uid` that hold no exclusive cores: `milli` CPU and `memory` bytes requested in
         balloon type `balloon` (the one they are routed to; "" off NRI). A pod with only best-effort containers
         still puts them in a balloon, so it is recorded even at 0 millicores."""
-        self._unshare(uid)
+        was = self._unshare(uid)
         if memory:
             self._shared_memory[uid] = memory
             self._shared_memory_total += memory
@@ -362,20 +392,26 @@ class NodeLedger:
         self._shared_total += milli
         self._shared_by_type[balloon] = self._shared_by_type.get(balloon, 0) + milli
         self._shared_count[balloon] = self._shared_count.get(balloon, 0) + 1
+        if was is not None and was != balloon:
+            self._resize_shared(was)
+        self._resize_shared(balloon)
         self._free = self._free_memory = None
         STAMPS.take(self.name)
 
     def drop_shared(self, uid: str) -> None:
-        if self._unshare(uid):
+        was = self._unshare(uid)
+        if was is not None:
+            self._resize_shared(was)
             self._free = self._free_memory = None
             STAMPS.take(self.name)
 
-    def _unshare(self, uid: str) -> bool:
-        """Take pod `uid`'s shared containers out of the totals; False if it had none."""
+    def _unshare(self, uid: str) -> str | None:
+        """Take pod `uid`'s shared containers out of the totals (their balloons keep their size until resized);
+        the balloon type they were in, None if it had none."""
         self._shared_memory_total -= self._shared_memory.pop(uid, 0)
         old = self.shared.pop(uid, None)
         if old is None:
-            return False
+            return None
         balloon, milli = old
         self._shared_total -= milli
         self._shared_count[balloon] -= 1
@@ -383,7 +419,7 @@ class NodeLedger:
             self._shared_by_type[balloon] -= milli
         else:
             del self._shared_by_type[balloon], self._shared_count[balloon]
-        return True
+        return balloon
 
     def count_balloons(self, balloon_type: str) -> int:
         """Balloons of this type made for pods (maxBalloons counts these, not components of composites)."""
@@ -410,8 +446,11 @@ class NodeLedger:
         for holding in self.holdings.values():
             if (without is None or holding.identity != without) and holding.uid not in evicted:
                 copy._add(holding)
-        for uid, (balloon, milli) in self.shared.items():
-            copy.set_shared(uid, milli, balloon, self._shared_memory.get(uid, 0))
+        # The shared balloons as they are: re-adding their pods would resize them from what is free in the copy.
+        copy.shared, copy._shared_total = dict(self.shared), self._shared_total
+        copy._shared_by_type, copy._shared_count = dict(self._shared_by_type), dict(self._shared_count)
+        copy._shared_memory, copy._shared_memory_total = dict(self._shared_memory), self._shared_memory_total
+        copy._grown = dict(self._grown)
         return copy
 
     # -- views -------------------------------------------------------------------------------------

@@ -189,8 +189,12 @@ async def test_kubelet_static_names_the_container_without_memory_or_cpu(wh: Webh
     refused(await admitted(wh, sent), "llm/granite-8b: kubelet-static pins cores only for Guaranteed pods",
             "container(s) metrics set no memory request or limit")
     sent = review("ar-pod-init-sidecar.json", uid="no-cpu")
+    sent["request"]["object"]["spec"]["initContainers"][0]["resources"] = {"requests": {"memory": "256Mi"}}
+    refused(await admitted(wh, sent), "container(s) fetch-weights set no cpu request or limit")
+    # A native sidecar (restartPolicy: Always) is given native_sidecar_cpu instead: it runs for the pod's life.
+    sent = review("ar-pod-init-sidecar.json", uid="sidecar-no-cpu")
     sent["request"]["object"]["spec"]["initContainers"][1]["resources"] = {"requests": {"memory": "256Mi"}}
-    refused(await admitted(wh, sent), "container(s) log-shipper set no cpu request or limit")
+    assert (await admitted(wh, sent)).allowed
     assert (await admitted(wh, review("ar-pod-init-sidecar.json", uid="complete"))).allowed
 
 

@@ -1,0 +1,153 @@
+"""The reserved balloon grows and shrinks on the NUMA nodes where the real balloons plugin puts it.
+
+Guaranteed non-model pods (kube-system, monitoring) that outgrow the reserved cpuset inflate the reserved balloon
+into model cores. Where it grows depends on what was free at each resize (placement.inflation): after cpu 48 then
+cpu 4 on a 2-package node of 18 model cores per NUMA node, the first growth fits neither NUMA node alone and takes
+NUMA node 0 whole, the second goes to NUMA node 1. A ledger that spread the total instead put the growth on NUMA node
+1 and placed a TP=1 pod on NUMA node 0, where the plugin had no core left for it (issue 21, class 3).
+
+Random streams of such pods being created and deleted, with model pods among them, on three shapes: after every
+step the ledger's free cores per NUMA node are the plugin's, and a model pod the ledger admits lands where it said.
+Except on a node of several packages with several NUMA nodes each: shrinking, the plugin frees cores in the package
+where the balloon has fewest first (sorterRelease, level by level), and the ledger does not know which NUMA nodes
+share a package (neither node labels nor the NodeResourceTopology say so). There the total is right and where
+is the plugin's exported NodeResourceTopology's to tell (observed placement); the test counts how often it
+differs."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from placement.cluster import ClusterState
+from placement.demand import read_model_pod
+from placement.mutation import mutate_pod
+from tests.oracle.kubelet import PodRun, peer_pod, run_pod
+from tests.oracle.peer import BalloonsPeer
+from tests.oracle.sysfs import NodeShape
+from tests.oracle.test_differential import NODE, SETTINGS, Group, cores_by_numa, node_objects, policy_spec
+from tests.oracle.test_rebuild import model_pod
+
+EXACT = ("2 packages x 1 NUMA x 20 cores", "1 package x 4 NUMA x 16 cores")  # the ledger sees their hierarchy
+SHAPES = {
+    "2 packages x 1 NUMA x 20 cores": NodeShape(packages=2, numa_per_package=1, cores_per_numa=20, threads_per_core=2),
+    "1 package x 4 NUMA x 16 cores": NodeShape(packages=1, numa_per_package=4, cores_per_numa=16, threads_per_core=2),
+    "2 packages x 2 NUMA x 12 cores": NodeShape(packages=2, numa_per_package=2, cores_per_numa=12, threads_per_core=2),
+}
+
+
+def system_pod(name: str, namespace: str, cpu: int) -> dict[str, Any]:
+    resources = {"requests": {"cpu": str(cpu), "memory": "1Gi"}, "limits": {"cpu": str(cpu), "memory": "1Gi"}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "agent", "resources": resources}]},
+            "status": {"phase": "Running"}}
+
+
+class Node:
+    """The real plugin and our ledger, fed the same pods in the same order."""
+
+    def __init__(self, plugin: BalloonsPeer, shape: NodeShape, group: Group) -> None:
+        self.plugin, self.shape = plugin, shape
+        self.cluster = ClusterState.from_objects(node_objects(group), SETTINGS)
+        self.pods: dict[str, tuple[dict[str, Any], PodRun]] = {}
+
+    def add_system(self, name: str, namespace: str, cpu: int) -> bool:
+        """False when the plugin has no room for it (the kubelet would fail it): it is not kept."""
+        pod = system_pod(name, namespace, cpu)
+        run = peer_pod(pod)
+        if not all(c.ok for c in run_pod(self.plugin, run).values()):
+            self.plugin.remove_pod(run.pod)
+            return False
+        self.cluster.apply("Pod", "ADDED", pod)
+        self.pods[name] = (pod, run)
+        return True
+
+    def add_model(self, name: str, tp: int, cpu: int) -> tuple[bool, dict[int, int], dict[int, int]]:
+        """Whether the ledger admitted it, where it said, and where the plugin put it (kept only if admitted)."""
+        mutated = mutate_pod(model_pod(name, tp, cpu), self.cluster).pod
+        demand = read_model_pod(mutated, SETTINGS)
+        assert demand is not None
+        uid = mutated["metadata"]["uid"]
+        verdict = self.cluster.assume(uid, "models", name, demand, NODE)
+        run = peer_pod(mutated)
+        created = run_pod(self.plugin, run)[demand.container]
+        got = cores_by_numa(self.shape, next(b.cpus for b in self.plugin.balloons()
+                                             if f"models/{name}/{demand.container}" in b.containers)) \
+            if created.ok else {}
+        if verdict.ok:
+            bound = {**mutated, "spec": {**mutated["spec"], "nodeName": NODE}, "status": {"phase": "Running"}}
+            self.cluster.apply("Pod", "ADDED", bound)
+            self.pods[name] = (bound, run)
+        else:
+            self.plugin.remove_pod(run.pod)
+        return verdict.ok, dict(verdict.per_numa), got
+
+    def delete(self, name: str) -> None:
+        pod, run = self.pods.pop(name)
+        self.plugin.remove_pod(run.pod)
+        self.cluster.apply("Pod", "DELETED", pod)
+
+    def free(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Free model cores per NUMA node: the ledger's, and the plugin's (cores in no balloon and not reserved)."""
+        ledger = self.cluster.ledger(NODE)
+        assert ledger is not None
+        used: Counter[int] = Counter()
+        for balloon in self.plugin.balloons():
+            used.update(cores_by_numa(self.shape, balloon.cpus))
+        return ledger.free(), tuple(self.shape.cores_per_numa - used[i] for i in range(len(ledger.capacity)))
+
+
+def test_the_issues_two_system_pods_grow_the_reserved_balloon_where_the_plugin_does() -> None:
+    shape = SHAPES["2 packages x 1 NUMA x 20 cores"]
+    group = Group(seed=1, shape=shape, policy="generated")
+    with BalloonsPeer(shape, policy_spec(group)) as plugin:
+        node = Node(plugin, shape, group)
+        assert node.add_system("big", "kube-system", 48)  # 20 cores past the reserved 2 per NUMA node: NUMA 0 whole
+        assert node.add_system("small", "kube-system", 4)  # 2 more: NUMA node 1 has room for them
+        ledger, real = node.free()
+        assert ledger == real == (0, 14), (ledger, real)
+        admitted, said, got = node.add_model("t", 1, 8)
+        assert admitted and said == got == {1: 8}, (said, got)
+
+
+@pytest.mark.parametrize("label", list(SHAPES))
+def test_random_churn_of_system_and_model_pods_keeps_the_ledger_on_the_plugins_numa_nodes(label: str) -> None:
+    shape = SHAPES[label]
+    rng = random.Random(f"inflation-{label}")
+    steps = drift = admitted = misplaced = refused = unplaced = 0
+    for seed in range(6):
+        group = Group(seed=seed, shape=shape, policy="generated")
+        with BalloonsPeer(shape, policy_spec(group)) as plugin:
+            node = Node(plugin, shape, group)
+            for step in range(20):
+                system = [n for n in node.pods if n.startswith("sys")]
+                roll = rng.random()
+                if roll < 0.45 or not node.pods:
+                    cpu = rng.choice((2, 4, 6, 8, 12, 16, 24, 30, 40, 48))
+                    unplaced += not node.add_system(f"sys-{seed}-{step}", rng.choice(("kube-system", "monitoring")), cpu)
+                elif roll < 0.7 and system:
+                    node.delete(rng.choice(system))
+                elif roll < 0.85:
+                    ok, said, got = node.add_model(f"m-{seed}-{step}", rng.choice((1, 1, 2)), rng.choice((4, 8, 12)))
+                    if ok:
+                        admitted += 1
+                        misplaced += said != got
+                        assert said == got or (label not in EXACT and drift), (label, seed, step, said, got)
+                    else:
+                        refused += 1
+                else:
+                    models = [n for n in node.pods if n.startswith("m-")]
+                    if models:
+                        node.delete(rng.choice(models))
+                ledger, real = node.free()
+                steps += 1
+                drift += ledger != real
+                assert sum(ledger) == sum(real), (label, seed, step, ledger, real, sorted(node.pods))
+                assert ledger == real or label not in EXACT, (label, seed, step, ledger, real, sorted(node.pods))
+    print(f"inflation ({label}): {steps} steps, {drift} with the ledger off the plugin's free cores; "
+          f"{admitted} model pods admitted, {misplaced} of them not where the plugin put them, {refused} refused; "
+          f"{unplaced} system pods the plugin had no room for")
