@@ -461,17 +461,23 @@ class ClusterState:
     def _hold_observed(self, ledger: NodeLedger, rec: PodRecord, demand: ModelDemand, zone: str,
                        observed: Observed, matched: bool = False) -> None:
         """Observed beats predicted: the cores the plugin reports for the pod's balloon, whatever we foresaw.
-        The balloon types it instantiates (for balance-balloons' counts) are the predicted ones when the plugin
-        put it where we foresaw; else its type and the per-NUMA types of the NUMA nodes it really holds."""
+        The balloon types it instantiates (for balance-balloons' counts) are those its persisted placement
+        recorded when the plugin put it there, else the predicted ones when it is where we foresaw; else its type
+        and the per-NUMA types of the NUMA nodes it really holds. The recorded ones come first: a per-NUMA type
+        whose node lacked room is still the type the plugin counts, wherever it carved the cores from."""
         per_numa = observed.balloons.get(zone, ())
+        where = {n for n, _ in per_numa}
         predicted = self.fit(demand, ledger)
-        if predicted.ok and {n for n, _ in predicted.per_numa} == {n for n, _ in per_numa}:
+        placed = rec.placed
+        if placed is not None and placed.node == ledger.name and {n for n, _ in placed.per_numa} == where:
+            types = placed.types
+        elif predicted.ok and {n for n, _ in predicted.per_numa} == where:
             types = predicted.types
         else:
-            types = self._types_on(ledger, demand, {n for n, _ in per_numa})
+            types = self._types_on(ledger, demand, where)
         # `matched`: its balloon is known by type only (no container zone); a prediction says nothing about it.
         notes = []
-        if not matched and predicted.ok and {n for n, _ in predicted.per_numa} != {n for n, _ in per_numa}:
+        if not matched and predicted.ok and {n for n, _ in predicted.per_numa} != where:
             notes.append(f"predicted on NUMA {', '.join(str(n) for n, _ in predicted.per_numa)}")
         if len(per_numa) > demand.numa_nodes:
             notes.append(f"spans {len(per_numa)} NUMA nodes for {demand.ranks}")

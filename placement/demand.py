@@ -97,6 +97,10 @@ class ModelDemand:
     dp: int = 1  # data-parallel ranks in this pod
     memory_bytes: int = 0  # the model container's memory request (limit when no request)
     requested_milli: int = 0  # the CPU request the user wrote (before the webhook sized it); 0: as cpu_milli
+    # The pod's other containers, once it runs (sidecars, native sidecars): CPU they take in the balloon their
+    # namespace routes them to, which grows into free cores for them.
+    shared_milli: int = 0
+    namespace: str = ""
 
     @property
     def requested_cpu(self) -> str:
@@ -390,6 +394,8 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
         dp=sizes["DP"],
         memory_bytes=memory,
         requested_milli=requested_milli,
+        shared_milli=pod_shared_cpu_milli(spec, name),
+        namespace=str(meta.get("namespace") or namespace),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from placement.demand import OUT_REQUESTED, ModelDemand, ranks_text, round_up
 from placement.ledger import Holding, NodeLedger
 from placement import nri
-from placement.quantity import QuantityError, cpu_milli
+from placement.quantity import QuantityError, cpu_milli, format_cpu
 from placement.topology import BalloonsPolicy, BalloonType
 
 EXCLUSIVE_POLICIES = ("nri-balloons", "kubelet-static")
@@ -334,6 +334,14 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     after = list(free)
     for i, cores in placed.per_numa:
         after[i] -= cores
+    grows = ledger.shared_growth(demand.namespace, demand.shared_milli)
+    if grows > sum(after):
+        # The plugin fails a container its balloon cannot grow for: the sidecars would not start.
+        return _refuse(node, INSUFFICIENT_FREE,
+                       f"its other containers (cpu: {format_cpu(demand.shared_milli)} together) grow the shared "
+                       f"balloon they land in by {grows} core{'s' if grows != 1 else ''}, and beside its ranks "
+                       f"{sum(after)} would be free",
+                       True, fp)
     memory = empty.memory
     if not memory:
         return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types,

@@ -14,7 +14,9 @@ pkg/cpuallocator) and held to the real plugin in tests/oracle/test_inflation.py:
   compares packages before NUMA nodes, which the ledger cannot see (no label nor NodeResourceTopology says which
   NUMA nodes share a package): on nodes of several packages with several NUMA nodes each, where a shrink frees
   cores is the plugin's exported zones' to tell.
-So growth depends on what was free at each resize, and the ledger applies each one as it happens.
+So growth depends on what was free at each resize, and the ledger applies each one as it happens. It does so
+under policies where some type prefers a NUMA node (the generated one): that is where it is held to the plugin.
+Elsewhere (a policy of plain types) the ledger keeps spreading the growth where most is free.
 """
 
 from __future__ import annotations

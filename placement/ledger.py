@@ -257,9 +257,10 @@ class NodeLedger:
             return _clamped([a - o for a, o in zip(avail, self.observed_shared)])
         if self._grown:
             return _clamped([a - sum(g[i] for g in self._grown.values()) for i, a in enumerate(avail)])
-        if not self._shared_by_type or self._balloons_running:
+        if not self._shared_by_type or self._resized_as_plugin:
             return tuple(avail)  # nothing shared grows into model cores
-        # The kubelet's shared pool: it grows where most is free.
+        # The kubelet's shared pool, or balloons under a policy no type of which prefers a NUMA node (where the
+        # resize-by-resize model is not held to the plugin): it grows where most is free.
         free = list(avail)
         for _ in range(min(self.elastic_cores, sum(self.capacity))):
             i = max(range(len(free)), key=lambda k: (free[k], -k))
@@ -269,14 +270,29 @@ class NodeLedger:
         return _clamped(free)
 
     @property
-    def _balloons_running(self) -> bool:
-        return self.nri.policy is not None and self.nri.running
+    def _resized_as_plugin(self) -> bool:
+        """Shared balloons are grown and shrunk resize by resize (placement/inflation.py)."""
+        return self.nri.policy is not None and self.nri.running and self.nri.policy.numa_preferring
+
+    def shared_growth(self, namespace: str, milli: int) -> int:
+        """Cores the balloon a pod's unannotated containers land in (by `namespace`) grows by when they add
+        `milli`: what a model pod's sidecars take beside its ranks."""
+        policy = self.nri.policy
+        if not milli or policy is None or not self.nri.running:
+            return 0
+        btype = policy.route(namespace)
+        now = self._shared_by_type.get(btype.name)
+
+        def cores(total: int) -> int:
+            return math.ceil(shared_balloon_cpus(btype, total, len(self.reserved)) / self.threads_per_core)
+
+        return max(0, cores((now or 0) + milli) - (cores(now) if now is not None else 0))
 
     def _resize_shared(self, balloon: str) -> None:
         """Grow or shrink shared balloon type `balloon` to what its containers request now, where the plugin
         would: from what is free at this moment."""
         policy = self.nri.policy
-        if policy is None or not self.nri.running:
+        if policy is None or not self._resized_as_plugin:
             return
         btype = policy.route_type(balloon)
         milli = self._shared_by_type.get(balloon)

@@ -160,6 +160,24 @@ def test_shared_containers_take_model_cores_only_where_their_balloon_grows() -> 
     assert elastic.free() == (15, 15)
 
 
+def test_a_model_pod_whose_sidecars_find_no_core_to_grow_into_is_refused() -> None:
+    """The plugin fails a sidecar its balloon cannot grow for: a model that leaves no core beside its ranks for its
+    own sidecars is refused, with the numbers; the same model without them fits (the oracle found this: the plugin
+    ran the ranks and failed the sidecar)."""
+    led = ledger([16, 16])
+    led.set_shared("exporter", 4000, "reserved")  # the reserved cpuset's 4 CPUs, full
+    for numa, cores in ((0, 15), (1, 14)):
+        led.hold(fitmod.Holding(f"uid-{numa}", f"llm/other-{numa}", None, "vllm-balloon-tp1", ((numa, cores),)))
+    assert led.free() == (0, 1)
+    bare = demand(2)  # 1 core (hideHyperthreads, cpu: N as cores: 2 CPUs = 1 core with the request as written)
+    assert fitmod.fit(bare, led, 2, "MostAllocated").ok
+    with_sidecar = replace(bare, shared_milli=1000, namespace="llm")
+    refused = fitmod.fit(with_sidecar, led, 2, "MostAllocated")
+    assert not refused.ok and refused.resolvable and refused.check == fitmod.INSUFFICIENT_FREE
+    assert refused.reason == ("its other containers (cpu: 1 together) grow the shared balloon they land in by 1 "
+                              "core, and beside its ranks 0 would be free"), refused.reason
+
+
 def test_scores_by_strategy() -> None:
     led = ledger([16, 16])
     fitmod.place(led, "a", demand(20), 2, "MostAllocated")
