@@ -2,7 +2,7 @@
 
     python bench/bench_bind_conflicts_real.py [--pods 200] [--runs 1] [--fleet empty graded]
 
-One control plane (tests/e2e/cluster.py) with model-placement installed from manifests/, 2-NUMA Xeon nodes (29 model
+One control plane (tests/e2e/cluster.py) with model-placement installed from its chart, 2-NUMA Xeon nodes (29 model
 cores per NUMA node) and `--pods` TP=1 model pods of 16 cores (as our webhook mutated one), which just fit:
 - `empty`: `--pods / 2` empty nodes, one pod per NUMA node, while kube-scheduler's own count (node-wide CPUs) would
   put four on a node;

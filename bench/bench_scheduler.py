@@ -4,7 +4,7 @@ without any, same run.
     python bench/bench_scheduler.py [--nodes 1000 5000] [--pods 300] [--rounds 3] [--qps N]
 
 For each fleet size: one control plane (tests/e2e/cluster.py), N empty 2-NUMA Xeon nodes, model-placement
-installed from manifests/. Three kube-scheduler configurations from the same binary and the manifests' configuration:
+installed from its chart. Three kube-scheduler configurations from the same binary and the manifests' configuration:
 - ours: as the manifests give it (profile model-placement-scheduler);
 - null: the `extenders:` stanza pointed at tests/peers/nullextender (a Go server whose /filter passes every candidate
   and whose /prioritize states no preference, in the same scheme as ours, no bindVerb): what calling any extender costs

@@ -1,4 +1,4 @@
-"""A real Kubernetes control plane on loopback, with model-placement installed from manifests/.
+"""A real Kubernetes control plane on loopback, with model-placement installed from its Helm chart.
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler come from one multi-call binary built from the
 pinned Kubernetes release (tests/peers/kube). There is no kubelet: Node objects carry the status a kubelet would
@@ -10,7 +10,6 @@ Every component logs to its own file under the cluster's directory.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import os
 import re
@@ -37,6 +36,7 @@ from tests.peers.build import PEERS, build
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "model-placement"
 SERVICE = "model-placement-webhook"
+RELEASE = "model-placement"
 ADMIN_TOKEN = "e2e-admin-token"
 LOOPBACK = "127.0.0.1"
 
@@ -295,40 +295,49 @@ class Cluster:
         return _kubeconfig(self.root / f"{name}.kubeconfig", self.server, self.pki / "ca.crt", token,
                            f"system:serviceaccount:{namespace}:{name}")
 
-    # -- model-placement from manifests/ -----------------------------------------------------------------
+    # -- model-placement from its Helm chart -------------------------------------------------------------
 
-    def render_manifests(self) -> list[dict[str, Any]]:
-        """`kubectl kustomize manifests/` over a copy whose certs/ holds a fresh bundle (also valid for the
-        loopback address the apiserver calls the webhook on)."""
-        copy_dir = self.root / "manifests"
-        shutil.rmtree(copy_dir, ignore_errors=True)
-        shutil.copytree(ROOT / "manifests", copy_dir, ignore=shutil.ignore_patterns("tls.*", "ca.crt"))
-        self.tls = write_bundle(SERVICE, NAMESPACE, copy_dir / "certs", extra_sans=(LOOPBACK,))
-        text = self.kubectl("kustomize", str(copy_dir)).stdout
-        self.rendered = [d for d in yaml.safe_load_all(text) if d]
-        return self.rendered
+    def helm(self, *args: str) -> str:
+        done = subprocess.run([str(build("helm")), f"--kubeconfig={self.admin_kubeconfig}", *args],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stderr}{done.stdout}")
+        return done.stdout
 
     def find(self, kind: str, name: str | None = None) -> dict[str, Any]:
         for doc in self.rendered:
             if doc["kind"] == kind and (name is None or doc["metadata"]["name"].startswith(name)):
                 return doc
-        raise AssertionError(f"the rendered manifests have no {kind} {name or ''}")
+        raise AssertionError(f"the installed objects have no {kind} {name or ''}")
 
     def install(self) -> None:
-        """CRDs, then everything manifests/ renders, the webhook clientConfig pointed at our local webhook."""
+        """CRDs, then model-placement with the real helm from charts/model-placement, as docs/install.md says
+        (the chart's objects are manifests/base's: tests/test_chart.py compares them with kustomize's).
+        certs.mode=existing: a Secret from `write_bundle` (as `model-placement certs` writes it), also valid for
+        the loopback address the apiserver calls the webhook on. Then the webhooks' clientConfig is pointed at our
+        local webhook, the one thing a pod-less install cannot have."""
         for crd in crd_files():
             self.kubectl("apply", "--server-side", "-f", str(crd))
         for crd in ("balloonspolicies.config.nri", "noderesourcetopologies.topology.node.k8s.io"):
             self.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
-        self.render_manifests()
-        docs = copy.deepcopy(self.rendered)
-        for doc in docs:
+        self.tls = write_bundle(SERVICE, NAMESPACE, self.root / "certs", extra_sans=(LOOPBACK,))
+        ca_bundle = base64.b64encode(Path(self.tls.ca_file).read_bytes()).decode()
+        self.helm("install", RELEASE, str(ROOT / "charts" / "model-placement"), "-n", NAMESPACE,
+                  "--create-namespace", "--set", "certs.mode=existing", "--set", f"certs.caBundle={ca_bundle}")
+        self.kubectl("-n", NAMESPACE, "create", "secret", "generic", "model-placement-tls",
+                     *(f"--from-file={Path(f).name}={f}" for f in (self.tls.cert_file, self.tls.key_file,
+                                                                   self.tls.ca_file)))
+        self.rendered = [d for d in yaml.safe_load_all(self.helm("get", "manifest", RELEASE, "-n", NAMESPACE)) if d]
+        self.rendered.append(self.kubectl_json("-n", NAMESPACE, "get", "secret", "model-placement-tls"))
+        for doc in self.rendered:
             if doc["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-                for hook in doc["webhooks"]:
-                    svc = hook["clientConfig"]["service"]
-                    hook["clientConfig"] = {"url": f"https://{LOOPBACK}:{self.front['webhook']}{svc['path']}",
-                                            "caBundle": hook["clientConfig"]["caBundle"]}
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+                patch = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig",
+                          "value": {"url": f"https://{LOOPBACK}:{self.front['webhook']}"
+                                           f"{hook['clientConfig']['service']['path']}",
+                                    "caBundle": hook["clientConfig"]["caBundle"]}}
+                         for i, hook in enumerate(doc["webhooks"])]
+                self.kubectl("patch", doc["kind"].lower(), doc["metadata"]["name"], "--type=json",
+                             "-p", json.dumps(patch))
 
     def container(self, deployment: str, name: str) -> dict[str, Any]:
         spec = self.find("Deployment", deployment)["spec"]["template"]["spec"]

@@ -1,5 +1,6 @@
-"""One real control plane for the whole e2e session, with model-placement installed from manifests/ and the
-1,000-node fleet of tests/e2e/fleet.py. Component logs are printed (tails) under any failing test."""
+"""One real control plane for the whole e2e session, with model-placement installed by the real helm from
+charts/model-placement and the 1,000-node fleet of tests/e2e/fleet.py. Component logs are printed (tails) under
+any failing test."""
 
 from __future__ import annotations
 
