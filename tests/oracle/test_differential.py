@@ -175,6 +175,7 @@ def plain_pod(name: str, namespace: str, cpu: str) -> dict[str, Any]:
 class Tally:
     table: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)  # ledger refusals the plugin would have run
+    refused_local: list[str] = field(default_factory=list)  # the same, each with the ledger's reason
     bad: list[str] = field(default_factory=list)  # ledger admits, plugin fails / spreads / shares a core
     drift: list[str] = field(default_factory=list)  # both run it, on other NUMA nodes or core counts
     drift_generated: int = 0  # of those, under a policy we generate (where the ledger must be exact)
@@ -189,6 +190,7 @@ class Tally:
     def merge(self, other: Tally) -> None:
         self.table.update(other.table)
         self.refusals.update(other.refusals)
+        self.refused_local.extend(other.refused_local)
         self.bad.extend(other.bad)
         self.drift.extend(other.drift)
         self.drift_generated += other.drift_generated
@@ -258,12 +260,14 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
             assert model is not None and demand is not None
             ranks = demand.numa_nodes
             spread = cores_by_numa(shape, _balloon_cpus(node, peer, demand.container)) if model.ok else {}
-            outcome = "fails" if not model.ok else "local" if len(spread) == ranks and not (
-                _shared_cores(node, peer, demand.container, shape)) else "spread or shared"
+            outcome = "fails" if not model.ok else "local" if _rank_per_numa(spread, ranks, demand.cpus, shape) \
+                and not _shared_cores(node, peer, demand.container, shape) else "spread or shared"
             if not verdict.ok:
                 tally.table[f"refuse/{outcome}"] += 1
                 if outcome == "local":
                     tally.refusals[verdict.check] += 1
+                    tally.refused_local.append(f"{where} {peer.name} ({demand.ranks}, {demand.cpus} CPUs): plugin "
+                                               f"runs it on NUMA {spread}; ledger: {verdict.check}: {verdict.reason}")
                 node.remove_pod(peer)
                 continue
             tally.table[f"admit/{outcome}"] += 1
@@ -272,7 +276,7 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
                                  f"{verdict.per_numa}, the plugin fails it: {model.error}")
             else:
                 shared = _shared_cores(node, peer, demand.container, shape)
-                if len(spread) != ranks or shared:
+                if not _rank_per_numa(spread, ranks, demand.cpus, shape) or shared:
                     tally.bad.append(f"{where} {peer.name} ({demand.ranks}, {demand.cpus} CPUs): ledger admits "
                                      f"{verdict.per_numa}, the plugin puts it on NUMA {spread}"
                                      + (f", sharing cores {sorted(shared)[:8]}" if shared else ""))
@@ -323,13 +327,24 @@ def _balloon_cpus(node: BalloonsPeer, pod: Pod, container: str) -> frozenset[int
     return next((b.cpus for b in node.balloons() if name in b.containers), frozenset())
 
 
+def _rank_per_numa(spread: dict[int, int], ranks: int, cpus: int, shape: NodeShape) -> bool:
+    """Each rank on a NUMA node of its own, with its whole share of the request there: vLLM binds rank i to the
+    i-th NUMA node of its cpuset, so 11 cores on one and 3 on the other is not TP=2 on 7 + 7."""
+    return len(spread) == ranks and all(c * ranks * shape.threads_per_core >= cpus for c in spread.values())
+
+
 def _shared_cores(node: BalloonsPeer, pod: Pod, container: str, shape: NodeShape) -> set[int]:
-    """Physical cores of the container's balloon that any other balloon also holds a thread of."""
+    """Physical cores of the container's balloon that anything else runs on: a thread another balloon holds,
+    or the whole balloon when another pod's container is in it too (a model put into a balloon that was
+    already running one: a noisy neighbour on every core)."""
     name = f"{pod.namespace}/{pod.name}/{container}"
     balloons = node.balloons()
     mine = next(b for b in balloons if name in b.containers)
+    cores = {shape.core_of(c) for c in mine.cpus}
+    if any(not c.startswith(f"{pod.namespace}/{pod.name}/") for c in mine.containers):
+        return cores
     others = {shape.core_of(c) for b in balloons if b is not mine for c in b.cpus}
-    return {shape.core_of(c) for c in mine.cpus} & others
+    return cores & others
 
 
 def run_group(group: Group, seeds: list[int]) -> Tally:
@@ -340,35 +355,51 @@ def run_group(group: Group, seeds: list[int]) -> Tally:
     return tally
 
 
-def groups() -> list[tuple[Group, list[int]]]:
+def groups(count: int = GROUPS) -> list[tuple[Group, list[int]]]:
     named = [(make_group(g), [s]) for g, s in REGRESSIONS.values()]
-    return named + [(make_group(1000 + g), [10_000 * g + s for s in range(STREAMS_PER_PEER)]) for g in range(GROUPS)]
+    return named + [(make_group(1000 + g), [10_000 * g + s for s in range(STREAMS_PER_PEER)]) for g in range(count)]
+
+
+def play_all(jobs: list[tuple[Group, list[int]]]) -> Tally:
+    total = Tally()
+    with ThreadPoolExecutor(max_workers=3) as pool:  # peers are processes: threads only wait on them
+        for tally in pool.map(lambda job: run_group(*job), jobs):
+            total.merge(tally)
+    return total
+
+
+def report(total: Tally, examples: int = 12) -> str:
+    good = total.table["admit/local"] + total.table["refuse/local"]
+    lines = [
+        f"ledger vs real balloons plugin: {total.scenarios} scenarios, {sum(total.table.values())} model pods",
+        "  ledger / plugin: runs it NUMA-local (a rank's whole share on each of its NUMA nodes) | runs it "
+        "spread, short or on shared cores | fails it",
+        *(f"  {verdict:7} {total.table[verdict + '/local']:6} {total.table[verdict + '/spread or shared']:6} "
+          f"{total.table[verdict + '/fails']:6}" for verdict in ("admit", "refuse")),
+        f"  ledger admits, plugin fails/spreads/shares: {len(total.bad)}",
+        f"  both run it, on other NUMA nodes or core counts: {len(total.drift)} "
+        f"({total.drift_generated} under the generated policy)",
+        f"  ledger refusals the plugin would run NUMA-locally: {total.table['refuse/local']} of its {good} good "
+        f"placements ({100 * total.table['refuse/local'] / max(1, good):.1f} %), by check: {dict(total.refusals)}",
+        f"  non-model containers the plugin failed: {len(total.full_failures) + len(total.other_failures)}, "
+        f"{len(total.other_failures)} of them where the ledger saw room (the rest came to a full node)",
+        f"  rebuilt ledgers that hold a pod elsewhere than the live one: {len(total.forgotten)}",
+    ]
+    lines += ["    " + line for line in (total.bad + total.forgotten + total.drift + total.other_failures
+                                         + total.refused_local)[:examples]]
+    return "\n".join(lines)
 
 
 def test_the_ledger_never_admits_what_the_plugin_fails_spreads_or_shares(capsys: pytest.CaptureFixture[str]) -> None:
-    total = Tally()
-    with ThreadPoolExecutor(max_workers=3) as pool:  # peers are processes: threads only wait on them
-        for tally in pool.map(lambda job: run_group(*job), groups()):
-            total.merge(tally)
+    total = play_all(groups())
     with capsys.disabled():
-        print(f"\nledger vs real balloons plugin: {total.scenarios} scenarios, "
-              f"{sum(total.table.values())} model pods")
-        print("  ledger / plugin: runs it NUMA-local | runs it spread or on shared cores | fails it")
-        for verdict in ("admit", "refuse"):
-            print(f"  {verdict:7} {total.table[verdict + '/local']:6} {total.table[verdict + '/spread or shared']:6} "
-                  f"{total.table[verdict + '/fails']:6}")
-        print(f"  ledger admits, plugin fails/spreads/shares: {len(total.bad)}")
-        print(f"  both run it, on other NUMA nodes or core counts: {len(total.drift)} "
-              f"({total.drift_generated} under the generated policy)")
-        print(f"  ledger refusals the plugin would run NUMA-locally, by check: {dict(total.refusals)}")
-        print(f"  non-model containers the plugin failed: {len(total.full_failures) + len(total.other_failures)}, "
-              f"{len(total.other_failures)} of them where the ledger saw room (the rest came to a full node)")
-        print(f"  rebuilt ledgers that hold a pod elsewhere than the live one: {len(total.forgotten)}")
-        for line in (total.bad + total.forgotten + total.drift + total.other_failures)[:12]:
-            print("   ", line)
-    assert total.scenarios >= min(300, 5 * GROUPS)  # ORACLE_GROUPS=120: 603 scenarios, on demand
+        print("\n" + report(total))
+    assert total.scenarios >= min(300, 5 * GROUPS)  # bench/bench_oracle.py plays thousands, on demand
     assert total.table["admit/local"] > sum(total.table.values()) / 4  # the streams exercise admissions
     assert not total.bad, "\n".join(total.bad[:20])
     assert not total.forgotten, "\n".join(total.forgotten[:20])
     assert not total.drift_generated, "\n".join(total.drift[:20])
     assert not total.other_failures, "\n".join(total.other_failures[:20])
+    # Needless refusals: at most 5 % of the placements the plugin makes well are refused by the ledger.
+    good = total.table["admit/local"] + total.table["refuse/local"]
+    assert total.table["refuse/local"] <= 0.05 * good, "\n".join(total.refused_local[:20])

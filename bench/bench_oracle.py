@@ -1,0 +1,59 @@
+"""The ledger against the real NRI balloons plugin, at scale: the differential scenarios of
+tests/oracle/test_differential.py (random node shapes, policies and pod streams with deletes and one rebuild
+each, played on the ledger and on the real plugin), as many as asked, and the table.
+
+    python bench/bench_oracle.py [--scenarios 5000]
+
+Prints, over all scenarios and per policy kind: admit/ok (the ledger admits, the plugin runs every rank with its
+whole share on a NUMA node of its own, on cores nothing else uses), admit/bad (the ledger admits, the plugin fails,
+spreads or shares it), refuse/ok (a needless refusal), refuse/bad (a refusal the plugin proves right), and drift
+(both run it, on other NUMA nodes or core counts). Exits 1 when the ledger admitted anything bad or drifted under
+the generated policy. `.ci/run` plays ~320 of these scenarios; 5,000 take about a quarter of an hour here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/bench_oracle.py` from a checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.oracle.test_differential import GENERATED, STREAMS_PER_PEER, Tally, groups, report, run_group  # noqa: E402
+
+COLUMNS = ("admit/ok", "admit/bad", "refuse/ok", "refuse/bad", "drift")
+
+
+def row(tally: Tally) -> tuple[int, ...]:
+    t = tally.table
+    return (t["admit/local"], len(tally.bad), t["refuse/local"], t["refuse/spread or shared"] + t["refuse/fails"],
+            len(tally.drift))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", type=int, default=5000)
+    args = parser.parse_args()
+    jobs = groups(max(1, args.scenarios // STREAMS_PER_PEER))
+    started = time.perf_counter()
+    total, by_policy = Tally(), defaultdict(Tally)
+    with ThreadPoolExecutor(max_workers=3) as pool:  # peers are processes: threads only wait on them
+        for (group, _), tally in zip(jobs, pool.map(lambda job: run_group(*job), jobs)):
+            total.merge(tally)
+            by_policy[group.policy].merge(tally)
+    seconds = time.perf_counter() - started
+    print(report(total, examples=20))
+    print(f"\n{'policy':18} {'scenarios':>9} " + " ".join(f"{c:>10}" for c in COLUMNS))
+    for name, tally in [*sorted(by_policy.items()), ("all", total)]:
+        print(f"{name:18} {tally.scenarios:9} " + " ".join(f"{v:10}" for v in row(tally)))
+    print(f"\n{total.scenarios} scenarios in {seconds:.0f} s")
+    generated_drift = sum(len(by_policy[p].drift) for p in GENERATED)
+    return 1 if total.bad or generated_drift else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
