@@ -36,6 +36,7 @@ from placement.demand import read_model_pod
 from placement.ledger import PLACEMENT
 from placement.mutation import mutate_pod
 from placement.topology import SMT_LABEL, linux_layout
+from tests.oracle.judge import cores_by_numa, rank_per_numa, shared_cores
 from tests.oracle.kubelet import peer_pod, run_pod
 from tests.oracle.peer import BalloonsPeer, Created, Pod
 from tests.oracle.sysfs import NodeShape
@@ -200,11 +201,6 @@ class Tally:
         self.scenarios += other.scenarios
 
 
-def cores_by_numa(shape: NodeShape, cpus: frozenset[int]) -> dict[int, int]:
-    cores = {shape.core_of(c) for c in cpus}
-    return dict(Counter(core // shape.cores_per_numa for core in cores))
-
-
 def exported_nrt(node: BalloonsPeer) -> dict[str, Any]:
     """The NodeResourceTopology the plugin's agent writes from its zones (field names as the CRD spells them)."""
     zones = [{"name": z["Name"], "type": z["Type"], **({"parent": z["Parent"]} if z.get("Parent") else {}),
@@ -260,7 +256,7 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
             assert model is not None and demand is not None
             ranks = demand.numa_nodes
             spread = cores_by_numa(shape, _balloon_cpus(node, peer, demand.container)) if model.ok else {}
-            outcome = "fails" if not model.ok else "local" if _rank_per_numa(spread, ranks, demand.cpus, shape) \
+            outcome = "fails" if not model.ok else "local" if rank_per_numa(spread, ranks, demand.cpus, shape) \
                 and not _shared_cores(node, peer, demand.container, shape) else "spread or shared"
             if not verdict.ok:
                 tally.table[f"refuse/{outcome}"] += 1
@@ -276,7 +272,7 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
                                  f"{verdict.per_numa}, the plugin fails it: {model.error}")
             else:
                 shared = _shared_cores(node, peer, demand.container, shape)
-                if not _rank_per_numa(spread, ranks, demand.cpus, shape) or shared:
+                if not rank_per_numa(spread, ranks, demand.cpus, shape) or shared:
                     tally.bad.append(f"{where} {peer.name} ({demand.ranks}, {demand.cpus} CPUs): ledger admits "
                                      f"{verdict.per_numa}, the plugin puts it on NUMA {spread}"
                                      + (f", sharing cores {sorted(shared)[:8]}" if shared else ""))
@@ -327,12 +323,6 @@ def _balloon_cpus(node: BalloonsPeer, pod: Pod, container: str) -> frozenset[int
     return next((b.cpus for b in node.balloons() if name in b.containers), frozenset())
 
 
-def _rank_per_numa(spread: dict[int, int], ranks: int, cpus: int, shape: NodeShape) -> bool:
-    """Each rank on a NUMA node of its own, with its whole share of the request there: vLLM binds rank i to the
-    i-th NUMA node of its cpuset, so 11 cores on one and 3 on the other is not TP=2 on 7 + 7."""
-    return len(spread) == ranks and all(c * ranks * shape.threads_per_core >= cpus for c in spread.values())
-
-
 def _shared_cores(node: BalloonsPeer, pod: Pod, container: str, shape: NodeShape) -> set[int]:
     """Physical cores of the container's balloon that anything else runs on: a thread another balloon holds,
     or the whole balloon when another pod's container is in it too (a model put into a balloon that was
@@ -340,11 +330,9 @@ def _shared_cores(node: BalloonsPeer, pod: Pod, container: str, shape: NodeShape
     name = f"{pod.namespace}/{pod.name}/{container}"
     balloons = node.balloons()
     mine = next(b for b in balloons if name in b.containers)
-    cores = {shape.core_of(c) for c in mine.cpus}
     if any(not c.startswith(f"{pod.namespace}/{pod.name}/") for c in mine.containers):
-        return cores
-    others = {shape.core_of(c) for b in balloons if b is not mine for c in b.cpus}
-    return cores & others
+        return {shape.core_of(c) for c in mine.cpus}
+    return shared_cores(shape, mine.cpus, (b.cpus for b in balloons if b is not mine))
 
 
 def run_group(group: Group, seeds: list[int]) -> Tally:
