@@ -4,7 +4,7 @@ Every YAML document under manifests/ is loaded; built-in kinds are validated str
 OpenAPI schemas (kubernetes_validate, offline), the rest against the fields documented in shared/reference:
 KubeSchedulerConfiguration `extenders` (extender.md 2.4), BalloonsPolicy (nri-cpumanager.md 1b), cert-manager.
 The webhook configurations, RBAC, Deployments and kustomizations are checked for the properties the design relies on.
-When kubectl is on PATH, the three kustomize builds are rendered and validated too.
+The three kustomize builds are rendered (with the kube peer's kubectl) and validated too.
 
 The checkers return lists of problems, so the last tests can show that each of them really fails on a bad input.
 """

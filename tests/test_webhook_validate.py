@@ -180,6 +180,15 @@ async def test_absurd_resources_are_refused_with_the_core_message(wh: Webhook, c
     refused(await admitted(wh, kserve(f"cpu-{cpu}-v", cpu=cpu)), phrase)
 
 
+async def test_absurd_memory_is_refused_not_a_crash(wh: Webhook) -> None:
+    """A memory quantity past int64 (the fuzzer sent 1e400) once crashed the refusal's own text."""
+    for phrase, memory in (("memory '1e400' is larger than any node", "1e400"), ("memory '-1Gi' is negative", "-1Gi")):
+        sent = kserve(f"mem-{memory}", cpu="16")
+        sent["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = memory
+        sent["request"]["object"]["spec"]["containers"][0]["resources"]["requests"]["memory"] = memory
+        refused(await admitted(wh, sent), phrase)
+
+
 # ------------------------------------------------------------------------------------- modes
 
 
