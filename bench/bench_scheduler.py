@@ -42,9 +42,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.e2e.cluster import Cluster, Component, free_port, node, wait_until  # noqa: E402
-from tests.e2e.fleet import model_pod  # noqa: E402
-from tests.peers.build import build  # noqa: E402
+from tests.e2e.cluster import Cluster, Component, free_port, node, wait_until
+from tests.e2e.fleet import model_pod
+from tests.peers.build import build
 
 TEMPLATE_NS, EXTENDED_NS = "bench-template", "bench"
 

@@ -123,7 +123,7 @@ async def _load(port: int, ca: str, bodies: list[bytes], requests: int, clients:
             t0 = time.perf_counter()
             async with session.post(url, data=body, headers=headers, server_hostname=SERVER_NAME) as resp:
                 payload = await resp.read()
-                if resp.status != 200 or b'"response"' not in payload and b'"request"' not in payload:
+                if resp.status != 200 or (b'"response"' not in payload and b'"request"' not in payload):
                     errors += 1
             latencies.append(time.perf_counter() - t0)
 

@@ -74,7 +74,6 @@ import random
 import sys
 import time
 import zlib
-from itertools import islice
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -83,17 +82,17 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/simulate.py` from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from placement import nri  # noqa: E402
-from placement.balloons import node_balloons_policy, whole_core_reserved  # noqa: E402
-from placement.cluster import ClusterState  # noqa: E402
-from placement.config import Settings  # noqa: E402
-from placement.demand import ModelDemand, read_model_pod  # noqa: E402
-from placement.fit import Fit  # noqa: E402
-from placement.ledger import PLACEMENT, NodeLedger, Placed  # noqa: E402
-from placement.mutation import balloon_request, mutate_pod  # noqa: E402
-from placement.preflight import preflight  # noqa: E402
-from placement.quantity import cpu_milli  # noqa: E402
-from placement.topology import GROUP_LABEL, Topology, linux_layout  # noqa: E402
+from placement import nri
+from placement.balloons import node_balloons_policy, whole_core_reserved
+from placement.cluster import ClusterState
+from placement.config import Settings
+from placement.demand import ModelDemand, read_model_pod
+from placement.fit import Fit
+from placement.ledger import PLACEMENT, NodeLedger, Placed
+from placement.mutation import balloon_request, mutate_pod
+from placement.preflight import preflight
+from placement.quantity import cpu_milli
+from placement.topology import GROUP_LABEL, Topology, linux_layout
 
 AMX_LABEL = "feature.node.kubernetes.io/cpu-security.amx.enabled"
 SMT_LABEL = "feature.node.kubernetes.io/cpu-hardware_multithreading"

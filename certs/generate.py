@@ -90,7 +90,7 @@ def _general_names(names: Iterable[str]) -> list[x509.GeneralName]:
 def _validity(days: int) -> tuple[dt.datetime, dt.datetime]:
     if days < 1:
         raise ValueError(f"days must be >= 1, got {days}")
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     return now - _BACKDATE, now + dt.timedelta(days=days)
 
 
@@ -214,7 +214,7 @@ def load_ca(cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str])
         is_ca = False
     if not is_ca:
         raise ValueError(f"--ca-cert {paths[0]} is not a CA certificate (no basicConstraints CA:true)")
-    if cert.not_valid_after_utc <= dt.datetime.now(dt.timezone.utc):
+    if cert.not_valid_after_utc <= dt.datetime.now(dt.UTC):
         raise ValueError(f"--ca-cert {paths[0]} expired on {cert.not_valid_after_utc:%Y-%m-%d}: make a new CA "
                          "(and roll the caBundle as docs/install.md describes)")
     return Issued(cert, key)  # type: ignore[arg-type]

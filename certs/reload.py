@@ -163,7 +163,7 @@ class ReloadingTLS:
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             raise ReloadError(f"TLS files {self.cert_file}, {self.key_file} cannot be served: {exc}") from exc
         expiry = cert.not_valid_after_utc
-        if expiry <= dt.datetime.now(dt.timezone.utc):
+        if expiry <= dt.datetime.now(dt.UTC):
             log.warning("serving certificate has expired", extra={"not_after": expiry.isoformat()})
         return digest, ctx, cert
 

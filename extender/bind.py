@@ -106,7 +106,8 @@ async def _pod(runtime: Runtime, judge: Judge, args: BindArgs, deadline: float) 
         raise _Refused("unknown-pod", f"cannot read pod {args.pod}: {exc}") from None
     meta = pod.get("metadata") or {}
     if meta.get("uid") != args.uid:
-        raise _Refused("unknown-pod", f"pod {args.pod} now has uid {meta.get('uid')}, not {args.uid}: it was re-created")
+        raise _Refused("unknown-pod",
+                       f"pod {args.pod} now has uid {meta.get('uid')}, not {args.uid}: it was re-created")
     if (pod.get("spec") or {}).get("nodeName"):
         raise _Refused("already-bound", f"pod {args.pod} is already bound to node {pod['spec']['nodeName']}")
     demand = read_model_pod(pod, runtime.settings) if is_model_pod(meta.get("labels"), runtime.settings) else None

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -69,7 +69,8 @@ class Pdb:
 
 
 def _expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or ()
+    key: Any = expr.get("key")  # a str, or None (in no labels)
+    op, values = expr.get("operator"), expr.get("values") or ()
     if op == "In":
         return key in labels and labels[key] in values
     if op == "NotIn":
@@ -208,7 +209,8 @@ class Preemption:
             everyone = [Candidate(uid, h.pod) for uid, h in ledger.holdings.items() if not h.assumed]
             rough.append((ledger, choose(self.cluster, ref.demand, ledger, everyone, {})))
             await asyncio.sleep(0)  # let requests in between nodes
-        possible = sorted((r for r in rough if r[1].choice is not None), key=lambda r: len(r[1].choice.victims))
+        possible = sorted((r for r in rough if r[1].choice is not None),
+                          key=lambda r: len(r[1].choice.victims) if r[1].choice is not None else 0)
         out = [r for r in rough if r[1].choice is None]
         allowed = {p.key: p.allowed for p in pdbs}
         for ledger, _ in possible[:READ]:
@@ -248,7 +250,7 @@ class Preemption:
     async def _post_event(self, ref: PodRef, message: str) -> None:
         from server.kubeapi import request
 
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {"apiVersion": "v1", "kind": "Event",
                  "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
                  "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ref.namespace, "name": ref.name,

@@ -145,7 +145,7 @@ async def _read_args(request: web.Request, verb: str, judge: Judge) -> tuple[wir
         args = wire.parse_args(body)
         return args, judge.read_pod(args.pod)
 
-    return await _read(request, verb, parse)  # type: ignore[no-any-return]
+    return await _read(request, verb, parse)
 
 
 def _free_of(request: web.Request, node: str) -> str:

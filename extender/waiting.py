@@ -118,7 +118,7 @@ async def ask_retry(runtime: Runtime, waiting: Waiting, ref: PodRef, node: str) 
     try:
         await patch_pod_status(runtime.api, ref.namespace, ref.name, ref.uid, {"conditions": [condition]},
                                timeout=API_SECONDS, connect_timeout=min(2.0, API_SECONDS))
-    except Exception as exc:  # noqa: BLE001 - gone, re-created, or the apiserver unreachable: its own events retry it
+    except Exception as exc:
         decision, error = "not-asked", str(exc)
     metrics.RETRIES.labels(decision).inc()
     log.log(logging.INFO if error is None else logging.WARNING, "retry", extra={

@@ -8,12 +8,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from placement.cluster import ClusterState
-from placement.mutation import Mutation, mutate_pod
 from placement.demand import (
-    APP_NAME, COMPONENT, KSERVE_COMPONENT, LLMISVC, LLMISVC_WORKLOAD, OUT_MESSAGE, OUT_TYPE, PART_OF, controller_of,
+    APP_NAME,
+    COMPONENT,
+    KSERVE_COMPONENT,
+    LLMISVC,
+    LLMISVC_WORKLOAD,
+    OUT_MESSAGE,
+    OUT_TYPE,
+    PART_OF,
+    controller_of,
     model_container,
 )
 from placement.fit import INSUFFICIENT_FREE, nominal_footprint
+from placement.mutation import Mutation, mutate_pod
 from placement.preflight import NRI_FALLBACK, POD_SPEC, REPLICAS, Verdict, preflight
 from placement.vllm import vllm_notes
 
@@ -33,18 +41,22 @@ class Subject:
     namespace: str
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def subject_of(obj: Any, namespace: str = "") -> Subject:
     if not isinstance(obj, Mapping):
         raise NotAdmissible("object is not a JSON object")
     kind = obj.get("kind")
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    meta = _mapping(obj.get("metadata"))
     ns = str(meta.get("namespace") or namespace or "default")
     if kind == "Pod":
         if not isinstance(obj.get("spec"), Mapping):
             raise NotAdmissible("Pod has no spec")
         return Subject("Pod", obj, 1, ns)
     if kind in WORKLOAD_KINDS:
-        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        spec = _mapping(obj.get("spec"))
         template = spec.get("template")
         if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
             raise NotAdmissible(f"{kind} has no spec.template.spec")
@@ -64,7 +76,7 @@ def subject_of(obj: Any, namespace: str = "") -> Subject:
                         f"{LLMISVC_KIND}")
 
 
-def _positive(value: Any, what: str) -> int | None:
+def _positive(value: object, what: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -79,7 +91,7 @@ def _llmisvc_subject(obj: Mapping[str, Any], meta: Mapping[str, Any], ns: str) -
     LeaderWorkerSet) --data-parallel-size-local, the data-parallel ranks in each pod; each group of
     data ÷ dataLocal pods per replica. The merged LLMInferenceServiceConfig is not read: without spec.template
     there is no container to judge here, and the pods are judged when they are created."""
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    spec = _mapping(obj.get("spec"))
     template = spec.get("template")
     if not isinstance(template, Mapping) or not template.get("containers"):
         raise NotAdmissible(f"{LLMISVC_KIND} has no spec.template.containers to judge (the rest comes from its "
@@ -87,7 +99,7 @@ def _llmisvc_subject(obj: Mapping[str, Any], meta: Mapping[str, Any], ns: str) -
     replicas = spec.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
         raise NotAdmissible(f"{LLMISVC_KIND} spec.replicas {replicas!r} is not a whole number ≥ 0")
-    parallelism = spec.get("parallelism") if isinstance(spec.get("parallelism"), Mapping) else {}
+    parallelism = _mapping(spec.get("parallelism"))
     tensor = _positive(parallelism.get("tensor"), "spec.parallelism.tensor")
     flags = [f"--tensor-parallel-size={tensor}"] if tensor else []
     pods_per_replica = 1

@@ -7,24 +7,38 @@ that shapes it changed; pod events update it in place.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from placement import fit as fitmod
-from placement.config import Settings
 from placement import nri as nrimod
+from placement.config import Settings
 from placement.demand import (
-    ModelDemand, initializing, is_model_pod, pod_shared_cpu_milli, pod_shared_memory, read_model_pod,
+    ModelDemand,
+    initializing,
+    is_model_pod,
+    pod_shared_cpu_milli,
+    pod_shared_memory,
+    read_model_pod,
 )
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
 from placement.ledger import PLACEMENT, STAMPS, Holding, NodeLedger, NodeNRI, Placed
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
-    NUMA_ZONE, BalloonsPolicy, CPUSet, CPUSetError, Topology, node_topology, parse_balloons_policy,
-    policy_for_node, profile_reserved, reserved_from_spec,
+    NUMA_ZONE,
+    BalloonsPolicy,
+    CPUSet,
+    CPUSetError,
+    Topology,
+    node_topology,
+    parse_balloons_policy,
+    policy_for_node,
+    profile_reserved,
+    reserved_from_spec,
 )
 
 log = logging.getLogger("model_placement.cluster")
@@ -68,7 +82,8 @@ class PodRecord(NamedTuple):
     priority: int = 0  # spec.priority, which the apiserver's Priority plugin sets before any webhook sees the pod
     eligibility: Eligibility | None = None  # a model pod not bound yet: the nodes it may get (`explain` asks)
     placed: Placed | None = None  # where our /bind put it (the pod's PLACEMENT annotation, or our own decision)
-    leaving: bool = False  # deletionTimestamp set: it holds its cores until it is gone, and its replacement may have them
+    # deletionTimestamp set: it holds its cores until it is gone, and its replacement may have them
+    leaving: bool = False
 
     @property
     def active(self) -> bool:
@@ -91,7 +106,7 @@ def _slim_node(obj: Mapping[str, Any]) -> NodeInfo:
 
 
 def _only_container(spec: Mapping[str, Any], name: str) -> bool:
-    containers = spec.get("containers") or ()
+    containers: Sequence[Any] = spec.get("containers") or ()
     return not spec.get("initContainers") and len(containers) == 1 and isinstance(containers[0], Mapping) \
         and containers[0].get("name") == name
 
@@ -102,12 +117,12 @@ def numa_memory(node: NodeInfo, nrt: Mapping[str, Any] | None, numa_count: int) 
     zones = {}
     for zone in (nrt or {}).get("zones") or ():
         match = NUMA_ZONE.match(str(zone.get("name", "")))
-        for res in zone.get("resources") or () if match else ():
+        if match is None:
+            continue
+        for res in zone.get("resources") or ():
             if isinstance(res, Mapping) and res.get("name") == "memory":
-                try:
-                    zones[int(match.group(1))] = memory_bytes(res.get("allocatable") or res.get("capacity"))  # type: ignore[union-attr]
-                except QuantityError:
-                    pass
+                with contextlib.suppress(QuantityError):
+                    zones[int(match.group(1))] = memory_bytes(res.get("allocatable") or res.get("capacity"))
     if len(zones) == numa_count and all(zones.values()):
         return tuple(zones[i] for i in range(numa_count))
     try:
@@ -177,7 +192,9 @@ def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: C
                       shared_types: Collection[str] = ("reserved", "default")) -> Observed | None:
     """`shared_types`: the balloon types pods land in by namespace, whose growth beyond the reserved cpuset takes
     model cores; a model type's balloons are held by the pods in them (or, unclaimed, counted after them)."""
-    raw = (nrt or {}).get("balloons")
+    if nrt is None:
+        return None
+    raw = nrt.get("balloons")
     if not raw:
         return None
     core_of = {t: (numa.id, core.id) for numa in topo.numa_nodes for core in numa.cores for t in core.threads}
@@ -200,7 +217,7 @@ def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: C
     return Observed(
         {name: tuple(sorted(_count(numa for numa, _ in held).items())) for name, held in cores.items()},
         {name: frozenset(c for _, c in held if holders[(_, c)] > 1) for name, held in cores.items()},
-        dict(nrt["containers"]),  # type: ignore[index]
+        dict(nrt["containers"]),
         tuple(outside),
         frozenset(name for name in cores if name.rsplit("[", 1)[0] in shared_types),
     )
@@ -376,8 +393,8 @@ class ClusterState:
 
     def _index(self, rec: PodRecord) -> None:
         self.pods[rec.uid] = rec
-        if rec.active:
-            node: str = rec.node  # type: ignore[assignment]
+        node = rec.node
+        if rec.active and node is not None:  # active: on a node
             on = self._pods_on.get(node)
             if on is None:  # not setdefault(node, set()): that builds a set for every pod
                 on = self._pods_on[node] = set()
@@ -587,8 +604,14 @@ class ClusterState:
             return ledger
         if name not in self.nodes:
             return None
-        ledger = self._ledgers[name] = self._build(name)
-        self._dirty.discard(name)
+        return self._node_ledger(name)
+
+    def _node_ledger(self, name: str) -> NodeLedger:
+        """The ledger of a node in `nodes`, built again when it is stale."""
+        ledger = self._ledgers.get(name)
+        if ledger is None or name in self._dirty:
+            ledger = self._ledgers[name] = self._build(name)
+            self._dirty.discard(name)
         return ledger
 
     def rebuild_dirty(self, limit: int) -> int:
@@ -603,7 +626,7 @@ class ClusterState:
         return done
 
     def ledgers(self) -> list[NodeLedger]:
-        return [self.ledger(n) for n in sorted(self.nodes)]  # type: ignore[misc]
+        return [self._node_ledger(n) for n in sorted(self.nodes)]
 
     # -- questions ---------------------------------------------------------------------------------
 
@@ -616,7 +639,7 @@ class ClusterState:
         allows = self.eligibility(spec).allows
         for name in sorted(self.nodes):
             if allows(self.nodes[name]):
-                yield self.ledger(name)  # type: ignore[misc]
+                yield self._node_ledger(name)
 
     def eligible(self, spec: Mapping[str, Any]) -> list[NodeLedger]:
         return list(self.iter_eligible(spec))

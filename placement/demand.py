@@ -183,7 +183,8 @@ def model_identity(meta: Mapping[str, Any], namespace: str, settings: Settings) 
     return None
 
 
-def model_container(spec: Mapping[str, Any], annotations: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str | None]:
+def model_container(spec: Mapping[str, Any],
+                    annotations: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str | None]:
     """The model container and, when the annotation names a container that does not exist, a problem."""
     containers = [c for c in spec.get("containers") or () if isinstance(c, Mapping)]
     if not containers:

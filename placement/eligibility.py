@@ -138,10 +138,7 @@ class _Term(NamedTuple):
             if not test(labels.get(key)):
                 return False
         # A field other than metadata.name reads as "" (fields.Set), which NotIn any non-empty value passes.
-        for is_in, value in self.names:
-            if (name == value) != is_in:
-                return False
-        return True
+        return all((name == value) == is_in for is_in, value in self.names)
 
 
 def _term(term: Mapping[str, Any]) -> _Term:
@@ -158,7 +155,7 @@ def _term(term: Mapping[str, Any]) -> _Term:
             return _Term((), (), False)
         value = str(values[0])
         if req.get("key") != "metadata.name":
-            if req["operator"] == "In" and value != "" or req["operator"] == "NotIn" and value == "":
+            if (req["operator"] == "In" and value != "") or (req["operator"] == "NotIn" and value == ""):
                 return _Term((), (), False)  # the node has no such field: In never holds, NotIn always does
             continue
         names.append((req["operator"] == "In", value))
@@ -170,10 +167,10 @@ def _tolerates(tolerations: tuple[Mapping[str, Any], ...], taint: Taint) -> bool
     a toleration with Gt or Lt tolerates nothing."""
     for t in tolerations:
         effect, key = t.get("effect") or "", t.get("key") or ""
-        if effect and effect != taint.effect or key and key != taint.key:
+        if (effect and effect != taint.effect) or (key and key != taint.key):
             continue
         op = t.get("operator") or "Equal"
-        if op == "Exists" or op == "Equal" and str(t.get("value") or "") == taint.value:
+        if op == "Exists" or (op == "Equal" and str(t.get("value") or "") == taint.value):
             return True
     return False
 

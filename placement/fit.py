@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from placement import nri
 from placement.demand import OUT_REQUESTED, ModelDemand, ranks_text, round_up
 from placement.ledger import Holding, NodeLedger
-from placement import nri
 from placement.quantity import QuantityError, cpu_milli, format_cpu
 from placement.topology import BalloonsPolicy, BalloonType
 
@@ -40,8 +40,8 @@ PLACEMENT_UNKNOWN = "placement-unknown"
 # Model pods with no recorded placement (bound by another scheduler, or before the install) and no container zone
 # in the plugin's NodeResourceTopology: held on every NUMA node they could be on.
 _UNKNOWN = "model pods here with no recorded placement count on every NUMA node they could use"
-UNKNOWN_REASON = (f"the balloons plugin may pick NUMA nodes without room for it ({_UNKNOWN}: bound by another scheduler "
-                  "or before model-placement was installed); re-create them through this scheduler, or set "
+UNKNOWN_REASON = (f"the balloons plugin may pick NUMA nodes without room for it ({_UNKNOWN}: bound by another "
+                  "scheduler or before model-placement was installed); re-create them through this scheduler, or set "
                   "showContainersInNrt: true in the BalloonsPolicy")
 
 
@@ -118,10 +118,11 @@ def footprint(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int) ->
     many threads a core is."""
     if demand.policy != "nri-balloons":
         return _footprint(demand.policy, demand.cpus, ledger.threads_per_core, threads_per_core)
+    policy = ledger.nri.policy
     btype = _balloon_type(demand, ledger)
-    if btype is None:
+    if btype is None or policy is None:  # a type only with a policy
         return None
-    plan = nri.plan_empty(ledger.nri.policy, btype, demand.cpu_milli, ledger.capacity, ledger.threads_per_core)  # type: ignore[arg-type]
+    plan = nri.plan_empty(policy, btype, demand.cpu_milli, ledger.capacity, ledger.threads_per_core)
     if not isinstance(plan, nri.Plan):
         return None
     return _balloon_footprint(demand.balloon_type, plan.per_numa, plan.cpus)
@@ -263,7 +264,7 @@ def _on_empty(policy: BalloonsPolicy, name: str, milli: int, capacity: tuple[int
               numa_memory: tuple[int, ...], memory_bytes: int, tp: int, pp: int, dp: int) -> _Empty:
     # Memoised: a fleet has a few shapes and policies, and every node of one answers the same; the key is what
     # the answer reads (a demand or a ledger would hash more, and differ per pod and per node).
-    empty = nri.plan_empty(policy, policy.balloon_type(name), milli, capacity, tpc)  # type: ignore[arg-type]
+    empty = nri.plan_empty(policy, policy.known_type(name), milli, capacity, tpc)
     if isinstance(empty, nri.Refusal):
         if empty.check in (INSUFFICIENT_FREE, BALLOON_NOT_NUMA_LOCAL):
             return _Empty(FOOTPRINT_EXCEEDS_NODE, f"{empty.reason}, more than this node has even when empty (at "
@@ -290,9 +291,9 @@ def _on_empty(policy: BalloonsPolicy, name: str, milli: int, capacity: tuple[int
 
 def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: str) -> Fit:
     btype = _balloon_type(demand, ledger)
-    if btype is None or not ledger.nri.running:
+    policy = ledger.nri.policy
+    if btype is None or policy is None or not ledger.nri.running:  # a type only with a policy
         return _nri_refusal(demand, ledger, node)
-    policy: BalloonsPolicy = ledger.nri.policy  # type: ignore[assignment]
     milli = demand.cpu_milli
     if milli == 0:
         return _refuse(node, NO_CPU, "the model container requests no CPU", False)

@@ -78,7 +78,9 @@ class Placed(NamedTuple):
     def parse(cls, text: object) -> Placed | None:
         """None for anything but what `annotation` writes: a hand-edited or foreign value is no placement."""
         try:
-            raw = orjson.loads(text)  # type: ignore[arg-type]
+            if not isinstance(text, (str, bytes, bytearray, memoryview)):
+                return None
+            raw = orjson.loads(text)
             node, numa, types = raw["node"], raw["numa"], raw["types"]
             per_numa = tuple(sorted((int(n), c) for n, c in numa.items()))
         except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):

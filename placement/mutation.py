@@ -15,12 +15,22 @@ from typing import Any
 import orjson
 
 from placement.cluster import ClusterState
-from placement.ledger import NodeLedger
-from placement.fit import balloon_request, nominal_cpus
 from placement.demand import (
-    OUT_CPUS, OUT_MESSAGE, OUT_NUMA, OUT_REASON, OUT_REQUESTED, OUT_TP, OUT_TYPE, ModelDemand, balloon_annotation, is_model_pod,
-    read_model_pod, round_up,
+    OUT_CPUS,
+    OUT_MESSAGE,
+    OUT_NUMA,
+    OUT_REASON,
+    OUT_REQUESTED,
+    OUT_TP,
+    OUT_TYPE,
+    ModelDemand,
+    balloon_annotation,
+    is_model_pod,
+    read_model_pod,
+    round_up,
 )
+from placement.fit import balloon_request, nominal_cpus
+from placement.ledger import NodeLedger
 from placement.preflight import NRI_FALLBACK, Resolution, fallback_text, resolve_policy
 from placement.quantity import QuantityError, cpu_milli, format_cpu
 from placement.topology import SMT_LABEL, smt_label_width
@@ -38,7 +48,8 @@ class Mutation:
 
 def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
     # A JSON document copies ~10x faster through orjson than through copy.deepcopy.
-    return orjson.loads(orjson.dumps(obj))
+    copied: dict[str, Any] = orjson.loads(orjson.dumps(obj))
+    return copied
 
 
 def _writable(pod: Mapping[str, Any]) -> dict[str, Any]:

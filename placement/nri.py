@@ -82,10 +82,7 @@ def place(policy: BalloonsPolicy, step: Step, free: tuple[int, ...], instances: 
 
 
 def _has_room(per_numa: tuple[tuple[int, int], ...], free: tuple[int, ...]) -> bool:
-    for numa, cores in per_numa:
-        if numa >= len(free) or free[numa] < cores:
-            return False
-    return True
+    return all(not (numa >= len(free) or free[numa] < cores) for numa, cores in per_numa)
 
 
 def _by_numa(parts: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -107,7 +104,7 @@ def plan_empty(policy: BalloonsPolicy, btype: BalloonType, milli: int, capacity:
 
 @lru_cache(maxsize=4096)
 def _plan_empty(policy: BalloonsPolicy, name: str, milli: int, capacity: tuple[int, ...], tpc: int) -> Plan | Refusal:
-    return plan(policy, policy.balloon_type(name), milli, capacity, tpc)  # type: ignore[arg-type]
+    return plan(policy, policy.known_type(name), milli, capacity, tpc)
 
 
 # What the plugin does for a type and request, decided once per (policy, type, request, SMT width): everything
@@ -140,7 +137,7 @@ def compile_type(policy: BalloonsPolicy, name: str, milli: int, tpc: int) -> Ste
     """What the plugin does for a container of `milli` CPU in the policy's type `name` on nodes of SMT width
     `tpc`, but for the NUMA nodes: what `place` walks."""
     # Keyed by the type's name: hashing a BalloonType (a dozen fields) would cost more than the lookup saves.
-    btype: BalloonType = policy.balloon_type(name)  # type: ignore[assignment]
+    btype = policy.known_type(name)
     asked = max(1, math.ceil(milli / 1000))
     if btype.max_cpus and asked > btype.max_cpus:
         return Refusal(BALLOON_TYPE_CAPPED,
@@ -167,10 +164,12 @@ def compile_type(policy: BalloonsPolicy, name: str, milli: int, tpc: int) -> Ste
 def _pinned(name: str, steps: tuple[Step, ...]) -> Plan | None:
     """The plan of composite `name` made of `steps` when each of them has a plan of its own wherever there is
     room (a balloon of a type that prefers a NUMA node, or such composites); else None."""
-    plans = [None if isinstance(step, (_Fewest, Refusal)) else step.pinned for step in steps]
-    if None in plans:
-        return None
-    known: list[Plan] = plans  # type: ignore[assignment]
+    known: list[Plan] = []
+    for step in steps:
+        pinned = None if isinstance(step, (_Fewest, Refusal)) else step.pinned
+        if pinned is None:
+            return None
+        known.append(pinned)
     return Plan(_by_numa([part for plan in known for part in plan.per_numa]),
                 (name, *(t for plan in known for t in plan.types)), sum(plan.cpus for plan in known))
 

@@ -20,6 +20,7 @@ Every finding is one sentence with the node(s) and the numbers; nodes alike are 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,16 @@ from placement.cluster import ClusterState
 from placement.ledger import NodeLedger
 from placement.quantity import QuantityError, cpu_milli
 from placement.topology import (
-    DEFAULT_TYPE, GROUP_LABEL, RESERVED_TYPE, BalloonsPolicy, CPUSet, CPUSetError, Topology, parse_balloons_policy,
-    policy_for_node, reserved_from_spec,
+    DEFAULT_TYPE,
+    GROUP_LABEL,
+    RESERVED_TYPE,
+    BalloonsPolicy,
+    CPUSet,
+    CPUSetError,
+    Topology,
+    parse_balloons_policy,
+    policy_for_node,
+    reserved_from_spec,
 )
 
 # Check ids: bounded metric labels.
@@ -183,9 +192,9 @@ def _cycle(raw_types: Sequence[Mapping[str, Any]]) -> list[str]:
 
     def walk(name: str, path: list[str]) -> list[str]:
         if name in path:
-            return path[path.index(name):] + [name]
+            return [*path[path.index(name):], name]
         for component in graph.get(name, ()):
-            found = walk(component, path + [name])
+            found = walk(component, [*path, name])
             if found:
                 return found
         return []
@@ -377,10 +386,8 @@ def _pre_created(policy: BalloonsPolicy) -> tuple[tuple[str, int, int], ...]:
               if t.name != RESERVED_TYPE and t.min_balloons > 0 and t.min_cpus > 0]
     text = policy.reserved_cpu
     if text and not text.startswith(("cpuset:", "exclude-cpuset:")):
-        try:
+        with contextlib.suppress(QuantityError):  # refused already, as the plugin refuses it
             wanted.insert(0, (RESERVED_TYPE, 1, math.ceil(cpu_milli(text) / 1000)))
-        except QuantityError:
-            pass  # refused already, as the plugin refuses it
     return tuple(wanted)
 
 

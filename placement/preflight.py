@@ -132,7 +132,8 @@ def preflight(
         return Verdict(False, fitmod.TP_EXCEEDS_NUMA,
                        f"{demand.ranks} needs a node with at least {demand.numa_nodes} NUMA nodes, one per rank; the "
                        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have at most {max_numa} "
-                       f"({_names([ledger.name for ledger in eligible])}). Use {_fewer_ranks(demand, max_numa)}, or add a node with "
+                       f"({_names([ledger.name for ledger in eligible])}). Use {_fewer_ranks(demand, max_numa)}, "
+                       "or add a node with "
                        f"≥{demand.numa_nodes} NUMA nodes.")
     if resolution.policy == "kubelet-static":
         missing = memory_problems(spec)
@@ -157,7 +158,8 @@ def preflight(
                 eligible = cluster.eligible(spec)
             return Verdict(False, fitmod.BALLOON_TYPE_MISSING,
                            f"{demand.pod} asks for balloon type {demand.balloon_type}, which no BalloonsPolicy "
-                           f"defines for the {len(eligible)} eligible nodes ({_names([ledger.name for ledger in eligible])}) with a running "
+                           f"defines for the {len(eligible)} eligible nodes "
+                           f"({_names([ledger.name for ledger in eligible])}) with a running "
                            "NRI balloons plugin. Add the type to the BalloonsPolicy, or remove the "
                            "model-manager.io/nri-balloon annotation to use "
                            f"{cluster.settings.nri_balloon_prefix}{demand.tp}.")
@@ -277,10 +279,7 @@ def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked:
         if checks == {fitmod.FOOTPRINT_EXCEEDS_NODE}:
             best = max(eligible, key=lambda ledger: _room_when_empty(ledger, demand))
             most = _largest_request(demand, best, cluster)
-            if most > 0:
-                advice = f"Request at most cpu: {most} for {demand.ranks}"
-            else:
-                advice = "Use a smaller model"
+            advice = f"Request at most cpu: {most} for {demand.ranks}" if most > 0 else "Use a smaller model"
             wider = demand.numa_nodes * 2
             if wider in VALID_TP and any(ledger.topology.numa_count >= wider for ledger in eligible):
                 advice += f", or use tensor-parallel-size {demand.tp * 2} to spread over more NUMA nodes"

@@ -18,6 +18,8 @@ _SUFFIX: dict[str, Decimal] = {
 }
 # Far beyond any machine: a request above this is a typo, not a server.
 MAX_CPU_MILLI = 1_000_000 * 1000
+# The apiserver keeps a quantity's value in an int64; memory past that is no node's.
+MAX_MEMORY_BYTES = 2**63 - 1
 
 
 class QuantityError(ValueError):
@@ -80,6 +82,8 @@ def _parse_memory_bytes(value: object) -> int:
     amount = parse_quantity(value, "memory")
     if amount < 0:
         raise QuantityError(f"memory {value!r} is negative")
+    if amount > MAX_MEMORY_BYTES:
+        raise QuantityError(f"memory {value!r} is larger than any node (8Ei)")
     return math.ceil(amount)
 
 

@@ -6,6 +6,7 @@ threads, NUMA nodes made of cores. Everything here is an immutable value or a pu
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -230,10 +231,8 @@ def _nrt_numa_cpus(nrt: Mapping[str, Any]) -> dict[int, int]:
             continue
         for res in zone.get("resources") or ():
             if isinstance(res, Mapping) and res.get("name") == "cpu":
-                try:
+                with contextlib.suppress(QuantityError):
                     out[int(match.group(1))] = cpu_milli(res.get("capacity")) // 1000
-                except QuantityError:
-                    pass
     return out
 
 
@@ -353,6 +352,10 @@ class BalloonsPolicy:
     def balloon_type(self, name: str) -> BalloonType | None:
         return self._by_name.get(name)
 
+    def known_type(self, name: str) -> BalloonType:
+        """The type `name`, which the caller knows the policy defines (KeyError if it does not)."""
+        return self._by_name[name]
+
     def route(self, namespace: str) -> BalloonType:
         """The type a container without a balloon annotation lands in: the first whose namespaces match
         (glob, as filepath.Match), else `default` (chooseBalloonDef). matchExpressions are not evaluated:
@@ -380,9 +383,9 @@ class BalloonsPolicy:
         return self._numa_preferring
 
 
-def _int(value: object, default: int = 0) -> int:
+def _int(value: Any, default: int = 0) -> int:
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)
     except (TypeError, ValueError):
         return default
 

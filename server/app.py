@@ -4,6 +4,7 @@ metrics, request parsing with limits, structured request logs, TLS and graceful 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -94,7 +95,8 @@ def bad_request(message: str) -> web.Response:
 
 
 @web.middleware
-async def observe(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def observe(request: web.Request,
+                  handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     """Count, time and guard every request: an unexpected exception is a logged 500 with no traceback
     in the body; a draining server closes keep-alive connections so clients move on."""
     component = request.app[COMPONENT]
@@ -162,15 +164,14 @@ async def serve(
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port  # type: ignore[union-attr]
+    sockets = getattr(site._server, "sockets", None)  # an asyncio.Server's; None before start
+    bound = sockets[0].getsockname()[1] if sockets else port
     log.info("listening", extra={"component": app[COMPONENT], "path": f"{'https' if ssl_context else 'http'}://{host}:{bound}"})
     if on_listening:
         on_listening(bound)

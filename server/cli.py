@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
-import json
 import ipaddress
+import json
 import logging
 import os
 import socket

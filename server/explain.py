@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from extender.filter import describe_demand, explain as class_reason
+from extender.filter import describe_demand
+from extender.filter import explain as class_reason
 from extender.victims import Candidate, choose
 from placement import fit as fitmod
 from placement.cluster import ClusterState, PodRecord

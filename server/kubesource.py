@@ -17,6 +17,7 @@ Keeping the state complete and never under-counting (an under-counted ledger pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import random
@@ -147,14 +148,10 @@ def _tombstone(res: Resource, ident: tuple[str, str, str | None, str | None]) ->
 
 def _abort(resp: urllib3.BaseHTTPResponse) -> None:
     """Close ``resp`` so that a read blocked on it in another thread returns now (close() alone won't wake it)."""
-    try:
+    with contextlib.suppress(Exception):  # not connected any more, or an older urllib3
         resp.shutdown()
-    except Exception:  # not connected any more, or an older urllib3
-        pass
-    try:
+    with contextlib.suppress(Exception):
         resp.close()
-    except Exception:
-        pass
 
 
 def _read_all(resp: urllib3.BaseHTTPResponse) -> bytes:
@@ -543,9 +540,9 @@ class KubeSource:
             out.append((etype, key, rv, obj))
             self.resource_versions[res.kind] = rv
         elif etype == "BOOKMARK":
-            rv = (obj.get("metadata") or {}).get("resourceVersion")
-            if rv:
-                self.resource_versions[res.kind] = rv
+            bookmark = (obj.get("metadata") or {}).get("resourceVersion")
+            if bookmark:
+                self.resource_versions[res.kind] = bookmark
         elif etype == "ERROR":
             code, message = obj.get("code"), obj.get("message", "")
             if code == 410:

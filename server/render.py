@@ -34,7 +34,8 @@ def admission_review(obj: Mapping[str, Any], uid: str, operation: str = "CREATE"
     kind = str(obj.get("kind") or "")
     api = str(obj.get("apiVersion") or ("v1" if kind == "Pod" else "apps/v1"))
     group, _, version = api.rpartition("/")
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    raw_meta = obj.get("metadata")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": uid, "kind": {"group": group, "version": version, "kind": kind},
         "namespace": str(meta.get("namespace") or "default"), "name": str(meta.get("name") or ""),
@@ -99,7 +100,8 @@ def render_one(obj: Any, state: ClusterState, uid: str) -> dict[str, Any]:
 
 
 def _display(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    raw_meta = obj.get("metadata")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
     generated = f"{meta['generateName']}*" if meta.get("generateName") else "*"
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or generated}"
 
@@ -120,7 +122,7 @@ def _with_template(workload: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[
         meta.pop("name", None)  # subject_of names the template after the workload, for messages only
     template["metadata"] = meta
     template["spec"] = pod["spec"]
-    return out  # type: ignore[no-any-return]
+    return out
 
 
 # -- which nodes, and why not the others -------------------------------------------------------------

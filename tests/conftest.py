@@ -1,26 +1,30 @@
-"""Shared fixtures: the demo fleet and real-format payloads from tests/fixtures/."""
+"""Shared fixtures: the demo fleet, real-format payloads from tests/fixtures/, our servers over TLS (the extender
+and the webhook) and a local apiserver stand-in with a client of it."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from kubernetes import client
 
 from placement.cluster import ClusterState
 from placement.config import Settings
+from server.app import Runtime
 from server.cli import demo_text, load_objects
+from tests.support.extender import Ext, MakeExt
+from tests.support.fakeapi import FakeApiServer
+from tests.support.payloads import FIXTURES, TAINTS, TOLERATIONS, fixture_json, fixture_text, tainted
+from tests.support.servers import serving
+from tests.support.webhook import MakeWebhook, Webhook
 
-FIXTURES = Path(__file__).parent / "fixtures"
+__all__ = ["FIXTURES", "TAINTS", "TOLERATIONS", "fixture_json", "fixture_text", "tainted"]
 
-
-def fixture_json(name: str) -> Any:
-    return json.loads((FIXTURES / name).read_text())
-
-
-def fixture_text(name: str) -> str:
-    return (FIXTURES / name).read_text()
+Obj = dict[str, Any]
 
 
 @pytest.fixture
@@ -33,36 +37,81 @@ def demo_objects() -> list[dict[str, Any]]:
     return load_objects(demo_text())
 
 
-# A demo fleet kube-scheduler's own filters narrow: a node tainted NoSchedule, one NoExecute, one cordoned (with the
-# taint the node lifecycle controller adds), one PreferNoSchedule (which only scores); cpu-icx has no AMX.
-TAINTS = {
-    "cpu-a1": [{"key": "dedicated", "value": "inference", "effect": "NoSchedule"}],
-    "cpu-a2": [{"key": "maintenance", "effect": "NoExecute", "timeAdded": "2026-12-01T00:00:00Z"}],
-    "cpu-b1": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule",
-                "timeAdded": "2026-12-01T00:00:00Z"}],
-    "cpu-snc4": [{"key": "spot", "value": "true", "effect": "PreferNoSchedule"}],
-}
-# Tolerations a pod may carry against TAINTS: right, wrong value, wrong effect, everything.
-TOLERATIONS = [
-    [{"key": "dedicated", "operator": "Equal", "value": "inference", "effect": "NoSchedule"}],
-    [{"key": "dedicated", "operator": "Equal", "value": "batch"}],
-    [{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}],
-    [{"key": "maintenance", "operator": "Exists"}, {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}],
-    [{"operator": "Exists"}],
-]
-
-
-def tainted(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = json.loads(json.dumps(objects))
-    for obj in out:
-        if obj.get("kind") == "Node" and obj["metadata"]["name"] in TAINTS:
-            spec = obj.setdefault("spec", {})
-            spec["taints"] = TAINTS[obj["metadata"]["name"]]
-            if obj["metadata"]["name"] == "cpu-b1":
-                spec["unschedulable"] = True
-    return out
-
-
 @pytest.fixture
 def demo(demo_objects: list[dict[str, Any]], settings: Settings) -> ClusterState:
     return ClusterState.from_objects(demo_objects, settings)
+
+
+# ---------------------------------------------------------------------------------------- the extender
+
+@pytest.fixture
+async def make_ext(tmp_path: Path) -> AsyncIterator[MakeExt]:
+    stack: list[Any] = []
+
+    async def make(objects: list[Obj], settings: Settings | None = None, **runtime_kw: Any) -> Ext:
+        settings = settings or Settings()
+        runtime = Runtime(settings, ClusterState.from_objects(objects, settings), **runtime_kw)
+        cm = serving(runtime, "extender", tmp_path / f"srv{len(stack)}")
+        served = await cm.__aenter__()
+        session = aiohttp.ClientSession()
+        stack.append((cm, session))
+        return Ext(served, session)
+
+    yield make
+    for cm, session in reversed(stack):
+        await session.close()
+        await cm.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def ext(make_ext: MakeExt, demo_objects: list[Obj]) -> Ext:
+    return await make_ext(demo_objects)  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------------------- the webhook
+
+@pytest.fixture
+async def make_webhook(tmp_path: Path) -> AsyncIterator[MakeWebhook]:
+    async with AsyncExitStack() as stack:
+        count = 0
+
+        async def make(objects: list[Obj] | None = None, settings: Settings | None = None) -> Webhook:
+            nonlocal count
+            count += 1
+            settings = settings or Settings()
+            objects = load_objects(demo_text()) if objects is None else objects
+            runtime = Runtime(settings, ClusterState.from_objects(objects, settings))
+            served = await stack.enter_async_context(serving(runtime, "webhook", tmp_path / f"srv{count}"))
+            session = await stack.enter_async_context(aiohttp.ClientSession())
+            return Webhook(served, session)
+
+        yield make
+
+
+@pytest.fixture
+async def wh(make_webhook: MakeWebhook) -> Webhook:
+    return await make_webhook()  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------------------- the apiserver
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def api(fake: FakeApiServer) -> Iterator[client.ApiClient]:
+    api_client = client.ApiClient(client.Configuration(host=fake.url))
+    yield api_client
+    api_client.close()
+
+
+# The demo fleet in a fake apiserver.
+@pytest.fixture
+def fake_demo() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        for obj in load_objects(demo_text()):
+            server.add(obj["kind"], obj)
+        yield server

@@ -20,7 +20,7 @@ import pytest
 from placement.cluster import ClusterState
 from placement.config import Settings
 from server.app import Runtime
-from tests.conftest import TOLERATIONS, fixture_json, tainted
+from tests.support.payloads import TOLERATIONS, fixture_json, tainted
 from tests.support.servers import serving
 
 CASES = 160

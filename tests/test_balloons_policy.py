@@ -26,7 +26,8 @@ def test_rendered_policy_uses_documented_fields_and_numa_allowed_types(demo: Clu
         assert set(policy["spec"]) <= POLICY_FIELDS
         for btype in policy["spec"]["balloonTypes"]:
             assert set(btype) <= TYPE_FIELDS
-    names = lambda p: [t["name"] for t in p["spec"]["balloonTypes"]]
+    def names(p):
+        return [t["name"] for t in p["spec"]["balloonTypes"]]
     assert names(snc4) == ["reserved", "vllm-numa-0", "vllm-numa-1", "vllm-numa-2", "vllm-numa-3", "vllm-balloon-tp1",
                            "vllm-numa-0-1", "vllm-numa-2-3", "vllm-balloon-tp2", "vllm-balloon-tp4"]  # no tp8
     assert names(nosmt) == ["reserved", "vllm-numa-0", "vllm-numa-1", "vllm-balloon-tp1", "vllm-balloon-tp2"]
@@ -41,7 +42,8 @@ def test_rendered_policy_uses_documented_fields_and_numa_allowed_types(demo: Clu
         if name != "reserved":
             assert btype["hideHyperthreads"] and btype["preferNewBalloons"]
         if "components" in btype:  # the plugin refuses these options on composites
-            assert not {"preferCloseToDevices", "preferSpreadOnPhysicalCores", "allocatorTopologyBalancing"} & set(btype)
+            assert not ({"preferCloseToDevices", "preferSpreadOnPhysicalCores", "allocatorTopologyBalancing"}
+                        & set(btype))
     # Whole cores reserved on every NUMA node, held from the start; every namespace lands there.
     assert snc4["spec"]["reservedResources"]["cpu"] == "cpuset:0-1,24-25,48-49,72-73,96-97,120-121,144-145,168-169"
     assert types["reserved"] == {"name": "reserved", "namespaces": ["*"], "minCPUs": 16}

@@ -41,6 +41,7 @@ from certs import (
     write_bundle,
 )
 from tests.support.process import ROOT, ServerProcess, command
+from tests.support.tls import client_context, handshakes
 
 SERVICE = "model-placement-webhook"
 NAMESPACE = "model-placement"
@@ -55,27 +56,10 @@ def fingerprint(path: Path) -> str:
     return load_cert(path).fingerprint(hashes.SHA256()).hex()
 
 
-class _RecordingSSLObject(ssl.SSLObject):
-    """Records the server certificate of every completed client handshake on its context."""
-
-    def do_handshake(self) -> None:
-        super().do_handshake()  # raises SSLWantReadError until the handshake is done
-        der = self.getpeercert(binary_form=True)
-        self.context.handshakes.append(hashlib.sha256(der).hexdigest())  # type: ignore[attr-defined]
 
 
-def client_context(ca_file: Path, cert_file: Path | None = None, key_file: Path | None = None) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(ca_file))
-    ctx.verify_flags |= ssl.VERIFY_X509_STRICT  # closer to Go's crypto/x509 than OpenSSL's lenient default
-    if cert_file is not None:
-        ctx.load_cert_chain(cert_file, key_file)
-    ctx.sslobject_class = _RecordingSSLObject
-    ctx.handshakes = []  # type: ignore[attr-defined]
-    return ctx
 
 
-def handshakes(ctx: ssl.SSLContext) -> list[str]:
-    return ctx.handshakes  # type: ignore[attr-defined, no-any-return]
 
 
 async def handle(request: web.Request) -> web.Response:
@@ -154,7 +138,7 @@ def test_generated_bundle(tmp_path: Path) -> None:
     ]
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     assert now - dt.timedelta(minutes=10) < leaf.not_valid_before_utc < now - dt.timedelta(minutes=1)
     assert abs(leaf.not_valid_after_utc - (now + dt.timedelta(days=30))) < dt.timedelta(minutes=1)
     assert bundle.not_after == leaf.not_valid_after_utc
@@ -294,7 +278,7 @@ def test_unusable_files_at_startup_raise(tmp_path: Path) -> None:
 
 
 async def _handshake(port: int, ctx: ssl.SSLContext) -> str:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname=SERVER_NAME)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname=SERVER_NAME)
     version = writer.get_extra_info("ssl_object").version()
     writer.close()
     return version
@@ -410,7 +394,7 @@ def test_certs_twice_from_one_ca_and_a_running_server_takes_the_new_leaf(tmp_pat
     ca = load_cert(out_dir / "ca.crt")
     # The CA outlives its leaves: ten years against --days 30.
     assert ca.not_valid_after_utc - ca.not_valid_before_utc > dt.timedelta(days=3649)
-    assert load_cert(out_dir / "tls.crt").not_valid_after_utc - dt.datetime.now(dt.timezone.utc) \
+    assert load_cert(out_dir / "tls.crt").not_valid_after_utc - dt.datetime.now(dt.UTC) \
         < dt.timedelta(days=30, minutes=1)
     shutil.copy(out_dir / "tls.crt", tmp_path / "first.crt")
 
@@ -425,7 +409,7 @@ def test_certs_twice_from_one_ca_and_a_running_server_takes_the_new_leaf(tmp_pat
         while not stop.is_set():
             try:
                 seen.append(healthz_over_tls(server.port, out_dir / "ca.crt"))
-            except BaseException as exc:  # noqa: BLE001 - every failure is the finding
+            except BaseException as exc:
                 failures.append(exc)
             time.sleep(0.02)
 

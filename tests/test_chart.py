@@ -127,7 +127,8 @@ def test_scheduler_off_and_cert_manager(helm: str) -> None:
     assert objects["Certificate", "model-placement", "model-placement-serving"]["spec"]["secretName"] == \
         "model-placement-tls"
     hook = objects["MutatingWebhookConfiguration", "", "model-placement"]
-    assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "model-placement/model-placement-serving"
+    assert (hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+            == "model-placement/model-placement-serving")
     assert all("caBundle" not in h["clientConfig"] for h in hook["webhooks"])
 
 

@@ -54,7 +54,8 @@ def test_render_admits_and_ranks_the_tp1_kserve_pod() -> None:
     assert sorted(excluded) == ["cpu-icx", "cpu-nosmt"]
     assert excluded["cpu-icx"].startswith("no AMX (the node has no label ")
     assert "cpu-hardware_multithreading NotIn false" in excluded["cpu-nosmt"]
-    assert sorted(named + list(excluded)) == ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-nosmt", "cpu-snc4"]
+    assert sorted(named + list(excluded)) == ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-nosmt",
+                                              "cpu-snc4"]
 
 
 def test_render_refuses_the_tp4_pod_with_numbers_and_exit_code() -> None:
@@ -69,7 +70,8 @@ def test_render_deployment_and_kubelet_static(tmp_path: Path) -> None:
     [entry] = json.loads(out.stdout)
     assert entry["demand"]["tp"] == 2 and entry["demand"]["replicas"] == 2
     tmpl = entry["mutated"]["spec"]["template"]
-    assert tmpl["metadata"]["annotations"]["balloon.balloons.resource-policy.nri.io/container.main"] == "vllm-balloon-tp2"
+    annotations = tmpl["metadata"]["annotations"]
+    assert annotations["balloon.balloons.resource-policy.nri.io/container.main"] == "vllm-balloon-tp2"
     out = run("render", "examples/kubelet-static-pod.yaml", "-o", "json")
     [entry] = json.loads(out.stdout)
     containers = {c["name"]: c["resources"] for c in entry["mutated"]["spec"]["containers"]}

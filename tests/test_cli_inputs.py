@@ -83,7 +83,7 @@ def test_every_flag_says_its_default() -> None:
         options = out.stdout.split("options:", 1)[1]
         blocks = [" ".join(b.split()) for b in re.split(r"\n(?=  -)", options) if b.strip()]
         for block in blocks:
-            if block.startswith(("-h", "--service", "--namespace NAMESPACE")) and sub == "certs" or \
+            if (block.startswith(("-h", "--service", "--namespace NAMESPACE")) and sub == "certs") or \
                     block.startswith("-h"):
                 continue
             assert "(default: " in block, (sub, block)
@@ -134,8 +134,9 @@ def test_render_yaml_has_no_anchors() -> None:
 
 
 def test_certs_with_ip_sans(tmp_path: Path) -> None:
-    from cryptography import x509
     import ipaddress
+
+    from cryptography import x509
 
     out = run("certs", "--service", "svc", "--namespace", "ns", "--out", str(tmp_path), "--ip", "10.0.0.7",
               "--ip", "::1")
@@ -205,7 +206,8 @@ def test_certs_with_a_broken_ca(tmp_path: Path) -> None:
     refused(run(*base, "--ca-cert", str(tmp_path / "ca.crt"), "--ca-key", str(tmp_path / "missing.key")),
             f"model-placement: cannot read the CA key (--ca-key) {tmp_path / 'missing.key'}: No such file or directory")
     refused(run(*base, "--ca-cert", str(tmp_path / "ca.crt"), "--ca-key", str(tmp_path / "other.key")),
-            f"model-placement: --ca-key {tmp_path / 'other.key'} is not the key of the CA certificate {tmp_path / 'ca.crt'}")
+            f"model-placement: --ca-key {tmp_path / 'other.key'} is not the key of the CA certificate "
+            f"{tmp_path / 'ca.crt'}")
     refused(run(*base, "--days", "0"), "model-placement: argument --days: 0 must be greater than 0")
     assert not (tmp_path / "out").exists()
 
@@ -232,11 +234,13 @@ def test_missing_kubeconfig() -> None:
 def test_malformed_kubeconfig(tmp_path: Path) -> None:
     bad = tmp_path / "kc"
     bad.write_text("clusters: [\n")
-    refused(run("report", "--kubeconfig", str(bad)), f"model-placement: kubeconfig {bad} is not valid YAML at line 2, column 1")
+    refused(run("report", "--kubeconfig", str(bad)),
+            f"model-placement: kubeconfig {bad} is not valid YAML at line 2, column 1")
     bad.write_text("hello\n")
     refused(run("report", "--kubeconfig", str(bad)), f"model-placement: kubeconfig {bad} is not a kubeconfig")
     bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
-    refused(run("report", "--kubeconfig", str(bad)), f"model-placement: kubeconfig {bad} cannot be used: Invalid kube-config file.")
+    refused(run("report", "--kubeconfig", str(bad)),
+            f"model-placement: kubeconfig {bad} cannot be used: Invalid kube-config file.")
 
 
 def test_unreachable_apiserver(tmp_path: Path) -> None:
@@ -254,14 +258,18 @@ def test_unreachable_apiserver(tmp_path: Path) -> None:
 MALFORMED = {
     "labels a list": (lambda n: n["metadata"].__setitem__("labels", ["a", "b"]),
                       "Node cpu-a1: metadata.labels is a list, expected a mapping of strings; skipped"),
-    "status broken": (lambda n: n.__setitem__("status", "broken"), "Node cpu-a1: status is a string, expected a mapping; skipped"),
+    "status broken": (lambda n: n.__setitem__("status", "broken"),
+                      "Node cpu-a1: status is a string, expected a mapping; skipped"),
     "metadata a string": (lambda n: n.__setitem__("metadata", "x"),
                           "Node (no name): metadata is a string, expected a mapping; skipped"),
     "capacity.cpu lots": (lambda n: n["status"]["capacity"].__setitem__("cpu", "lots"),
-                          "Node cpu-a1: status.capacity.cpu: cpu 'lots' is not a Kubernetes quantity (e.g. 8, 500m, 64Gi); skipped"),
+                          "Node cpu-a1: status.capacity.cpu: cpu 'lots' is not a Kubernetes quantity "
+                          "(e.g. 8, 500m, 64Gi); skipped"),
     "no name": (lambda n: n["metadata"].pop("name"), "Node (no name): metadata.name is missing; skipped"),
-    "label value a number": (lambda n: n["metadata"]["labels"].__setitem__("feature.node.kubernetes.io/memory-numa.node_count", 2),
-                             "Node cpu-a1: metadata.labels['feature.node.kubernetes.io/memory-numa.node_count'] is a number, expected a string; skipped"),
+    "label value a number": (lambda n: n["metadata"]["labels"].__setitem__(
+                                 "feature.node.kubernetes.io/memory-numa.node_count", 2),
+                             "Node cpu-a1: metadata.labels['feature.node.kubernetes.io/memory-numa.node_count'] "
+                             "is a number, expected a string; skipped"),
 }
 
 
@@ -272,9 +280,10 @@ def test_malformed_node_is_named_and_skipped(tmp_path: Path, case: str) -> None:
     out = run("report", "-o", "json", "--cluster", path)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert f"model-placement: {path}: {sentence}" in out.stderr.splitlines()
-    assert f"1 malformed object skipped (--strict makes a malformed object an error)" in out.stderr
+    assert "1 malformed object skipped (--strict makes a malformed object an error)" in out.stderr
     assert "cpu-a1" not in [n["node"] for n in json.loads(out.stdout)]
-    refused(run("report", "--strict", "--cluster", path), f"model-placement: {path}: {sentence.removesuffix('; skipped')}")
+    refused(run("report", "--strict", "--cluster", path),
+            f"model-placement: {path}: {sentence.removesuffix('; skipped')}")
 
 
 def test_malformed_pod_and_policy(tmp_path: Path) -> None:
@@ -295,7 +304,8 @@ def test_malformed_pod_and_policy(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("content, sentence", [
-    ("", "{path} is empty: expected what `kubectl get nodes,pods,balloonspolicies,noderesourcetopologies -A -o yaml` prints"),
+    ("", "{path} is empty: expected what "
+         "`kubectl get nodes,pods,balloonspolicies,noderesourcetopologies -A -o yaml` prints"),
     ("# nothing\n", "{path} is empty"),
     ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
      "{path} holds no usable Node object (1 ConfigMap): expected what `kubectl get"),
@@ -312,7 +322,8 @@ def test_unusable_cluster_file(tmp_path: Path, content: str, sentence: str) -> N
 def test_missing_cluster_file(tmp_path: Path) -> None:
     refused(run("report", "--cluster", str(tmp_path / "x.json")),
             f"model-placement: cannot read --cluster file {tmp_path / 'x.json'}: No such file or directory")
-    refused(run("report", "--cluster", str(tmp_path)), f"model-placement: --cluster file {tmp_path} is a directory, not a file")
+    refused(run("report", "--cluster", str(tmp_path)),
+            f"model-placement: --cluster file {tmp_path} is a directory, not a file")
 
 
 def test_cluster_file_as_json(tmp_path: Path) -> None:
@@ -376,7 +387,8 @@ def test_render_unparsable_cpu_gets_no_balloon() -> None:
     out = run("render", "-", "-o", "json", stdin=yaml.safe_dump(pod))
     assert out.returncode == 3, out.stderr
     [entry] = json.loads(out.stdout)
-    assert entry["patch"] == [] and not any(k.startswith("balloon.") for k in entry["mutated"]["metadata"]["annotations"])
+    annotations = entry["mutated"]["metadata"]["annotations"]
+    assert entry["patch"] == [] and not any(k.startswith("balloon.") for k in annotations)
 
 
 @pytest.mark.parametrize("content, sentence", [
@@ -434,7 +446,7 @@ def test_yaml_output_keeps_unicode() -> None:
 
 def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    return [p for key, child in children for p in (prefix + (key,), *_paths(child, prefix + (key,)))]
+    return [p for key, child in children for p in ((*prefix, key), *_paths(child, (*prefix, key)))]
 
 
 def test_render_answers_every_malformed_field_without_a_crash() -> None:
@@ -472,8 +484,8 @@ def test_balloons_policy_for_an_unknown_node() -> None:
 
 
 def test_write_ca_key_is_for_a_new_ca(tmp_path: Path) -> None:
-    refused(run("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path), "--ca-cert", "a", "--ca-key", "b",
-                "--write-ca-key"),
+    refused(run("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path), "--ca-cert", "a",
+                "--ca-key", "b", "--write-ca-key"),
             "model-placement: --write-ca-key is for a new CA: the existing CA's key is already in --ca-key")
 
 

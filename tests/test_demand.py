@@ -14,7 +14,7 @@ from placement.fit import footprint
 from placement.mutation import mutate_pod
 from placement.quantity import cpu_milli
 from server.cli import demo_text, load_objects
-from tests.conftest import fixture_json
+from tests.support.payloads import fixture_json
 
 
 def kserve_pod() -> dict:
@@ -36,11 +36,13 @@ def with_args(args: list[str], command: list[str] | None = None, annotations: di
     (["serve", "/m", "-tp", "8"], ["vllm"], 8),
     (["--model", "/m"], None, 1),
     # KServe's huggingfaceserver style: a shell script line
-    ([], ["/bin/sh", "-c", "python -m vllm.entrypoints.openai.api_server --model /m --tensor-parallel-size 2 --port 8080"], 2),
+    ([], ["/bin/sh", "-c",
+          "python -m vllm.entrypoints.openai.api_server --model /m --tensor-parallel-size 2 --port 8080"], 2),
     # argparse semantics: the last one wins
     (["--tensor-parallel-size", "1", "--tensor-parallel-size", "2"], None, 2),
 ])
-def test_tp_from_real_vllm_command_lines(args: list[str], command: list[str] | None, tp: int, settings: Settings) -> None:
+def test_tp_from_real_vllm_command_lines(args: list[str], command: list[str] | None, tp: int,
+                                         settings: Settings) -> None:
     demand = read_model_pod(with_args(args, command), settings)
     assert demand.tp == tp and not demand.problems
 
@@ -131,7 +133,8 @@ def test_kubelet_static_footprint_rounds_up_to_whole_cores(demo) -> None:
 
 def test_shared_pool_request_follows_kubelet_effective_request() -> None:
     spec = {"initContainers": [{"name": "init", "resources": {"requests": {"cpu": "4"}}},
-                               {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}}],
+                               {"name": "sidecar", "restartPolicy": "Always",
+                                "resources": {"requests": {"cpu": "500m"}}}],
             "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}},
                            {"name": "b", "resources": {"limits": {"cpu": "2"}}}]}
     # While it initializes, the init container's 4 (it runs before the sidecar starts) beats 1 + 2 + 0.5; once the
@@ -160,7 +163,7 @@ def test_cpu_quantities(value: object, milli: int) -> None:
     assert cpu_milli(value) == milli
 
 
-@pytest.mark.parametrize("value", ["１２", "m", "", "1.2.3", "-1", "abc", None, True, "1Gi8"])
+@pytest.mark.parametrize("value", ["\uff11\uff12", "m", "", "1.2.3", "-1", "abc", None, True, "1Gi8"])
 def test_cpu_quantities_rejected(value: object) -> None:
     from placement.quantity import QuantityError, cpu_milli
 

@@ -9,150 +9,43 @@ import asyncio
 import copy
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator
 
-import aiohttp
 import pytest
 
 from extender.filter import Judge, filter_nodes
 from extender.routes import JUDGE
-from placement.cluster import ClusterState
 from placement.config import Settings
 from server import metrics
-from server.app import Runtime
-from tests.conftest import fixture_json
-from tests.support.servers import Served, serving
-
-FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
-DEMO_NODES = ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-nosmt", "cpu-snc4"]
-TP_ANN = "cpu-policy.model-manager.io/tensor-parallel-size"
-BALLOON_ANN = "balloon.balloons.resource-policy.nri.io/container.main"
-
-Obj = dict[str, Any]
-
-
-def go_json(value: Any) -> str:
-    """What Go's json.Marshal writes for our test values: compact, field order as declared."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def added(answer: list[Obj], names: list[str]) -> dict[str, int]:
-    """What kube-scheduler adds to each candidate from a HostPriorityList (schedule_one.go prioritizeNodes): the
-    listed score, nothing for a node left out. The answer must list only candidates, in their order, once."""
-    hosts = [h["Host"] for h in answer]
-    assert hosts == [n for n in names if n in set(hosts)], (hosts, names)
-    return {n: 0 for n in names} | {h["Host"]: h["Score"] for h in answer}
-
-
-def args_nodecache(pod: Obj, names: list[str]) -> bytes:
-    """ExtenderArgs with nodeCacheCapable: true. No json tags: PascalCase keys, nil *NodeList is null."""
-    return f'{{"Pod":{go_json(pod)},"Nodes":null,"NodeNames":{go_json(names)}}}'.encode()
-
-
-def args_nodelist(pod: Obj, nodes: list[Obj]) -> bytes:
-    """ExtenderArgs with nodeCacheCapable: false: a v1.NodeList of full Node objects, nil NodeNames is null."""
-    return f'{{"Pod":{go_json(pod)},"Nodes":{go_json({"metadata": {}, "items": nodes})},"NodeNames":null}}'.encode()
-
-
-def bind_args(pod: Obj, node: str) -> bytes:
-    meta = pod["metadata"]
-    return (f'{{"PodName":{go_json(meta["name"])},"PodNamespace":{go_json(meta["namespace"])},'
-            f'"PodUID":{go_json(meta["uid"])},"Node":{go_json(node)}}}').encode()
-
-
-def model_pod(name: str = "qwen3-0-6b-predictor-7d9f8c6b5-x2k9q", *, tp: int = 1, cpus: int = 8,
-              balloon: str | None = None, uid: str | None = None, **annotations: str) -> Obj:
-    """The fixture's KServe predictor pod (as the webhook left it), with its name, TP and CPUs changed."""
-    pod = copy.deepcopy(fixture_json("extender-args-nodecache.json")["Pod"])
-    meta = pod["metadata"]
-    meta["name"] = name
-    meta["uid"] = uid or f"uid-{name}"
-    meta["annotations"][TP_ANN] = str(tp)
-    meta["annotations"][BALLOON_ANN] = balloon or f"vllm-balloon-tp{tp}"
-    meta["annotations"].update(annotations)
-    main = pod["spec"]["containers"][0]
-    main["resources"] = {"requests": {"cpu": str(cpus), "memory": "64Gi"}, "limits": {"cpu": str(cpus), "memory": "64Gi"}}
-    return pod
-
-
-def plain_pod(name: str = "web-5d8f7c6b9-abcde") -> Obj:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "shop", "uid": f"uid-{name}", "labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "500m"}}}]},
-            "status": {}}
+from tests.support.extender import (
+    DEMO_NODES,
+    FILTER_KEYS,
+    TP_ANN,
+    Ext,
+    MakeExt,
+    Obj,
+    added,
+    args_nodecache,
+    args_nodelist,
+    bind_args,
+    go_json,
+    model_pod,
+    pair,
+    plain_pod,
+)
+from tests.support.payloads import fixture_json
 
 
 def demo_nodes(objects: list[Obj]) -> list[Obj]:
     return [o for o in objects if o["kind"] == "Node"]
 
 
-class Ext:
-    """Our extender app over TLS, and the calls kube-scheduler makes."""
-
-    def __init__(self, served: Served, session: aiohttp.ClientSession) -> None:
-        self.served = served
-        self.session = session
-
-    @property
-    def cluster(self) -> ClusterState:
-        return self.served.runtime.cluster
-
-    async def raw(self, path: str, body: bytes, content_type: str | None = "application/json",
-                  method: str = "POST") -> tuple[int, Any]:
-        headers = {"Content-Type": content_type} if content_type else {}
-        async with self.session.request(method, self.served.url + path, data=body, headers=headers,
-                                        **self.served.request_kwargs()) as resp:  # type: ignore[arg-type]
-            assert resp.content_type == "application/json"
-            return resp.status, json.loads(await resp.read())
-
-    async def ok(self, path: str, body: bytes) -> Any:
-        status, answer = await self.raw(path, body)
-        assert status == 200, answer
-        return answer
-
-    async def filter(self, pod: Obj, names: list[str]) -> Obj:
-        return await self.ok("/filter", args_nodecache(pod, names))  # type: ignore[no-any-return]
-
-    async def prioritize(self, pod: Obj, names: list[str]) -> dict[str, int]:
-        """The score kube-scheduler adds to each of `names` from our answer."""
-        return added(await self.ok("/prioritize", args_nodecache(pod, names)), names)
-
-    async def bind(self, pod: Obj, node: str) -> str:
-        answer = await self.ok("/bind", bind_args(pod, node))
-        assert list(answer) == ["Error"]
-        return answer["Error"]  # type: ignore[no-any-return]
-
-    async def get(self, path: str) -> tuple[int, Any]:
-        return await self.raw(path, b"", None, "GET")
 
 
-MakeExt = Callable[..., Any]
 
 
-@pytest.fixture
-async def make_ext(tmp_path: Path) -> AsyncIterator[MakeExt]:
-    stack: list[Any] = []
-
-    async def make(objects: list[Obj], settings: Settings | None = None, **runtime_kw: Any) -> Ext:
-        settings = settings or Settings()
-        runtime = Runtime(settings, ClusterState.from_objects(objects, settings), **runtime_kw)
-        cm = serving(runtime, "extender", tmp_path / f"srv{len(stack)}")
-        served = await cm.__aenter__()
-        session = aiohttp.ClientSession()
-        stack.append((cm, session))
-        return Ext(served, session)
-
-    yield make
-    for cm, session in reversed(stack):
-        await session.close()
-        await cm.__aexit__(None, None, None)
 
 
-@pytest.fixture
-async def ext(make_ext: MakeExt, demo_objects: list[Obj]) -> Ext:
-    return await make_ext(demo_objects)  # type: ignore[no-any-return]
 
 
 # ------------------------------------------------------------------------------------------- wire shape
@@ -196,7 +89,7 @@ async def test_filter_fixture_payloads_as_shipped(ext: Ext) -> None:
 
 async def test_prioritize_lists_the_nodes_above_the_lowest_score_as_a_bare_list(ext: Ext) -> None:
     pod = model_pod(tp=2, cpus=16)
-    names = DEMO_NODES + ["ghost"]
+    names = [*DEMO_NODES, "ghost"]
     # The configured strategy's score from the core's fit (asked before /prioritize holds the best node).
     from placement.demand import read_model_pod
 
@@ -284,7 +177,8 @@ async def test_each_refusal_goes_to_the_list_that_matches_what_preemption_can_do
         assert ("the most any such node has free" in message) == (where == "FailedNodes"), message
         explain = f"`model-placement explain llm-inference/{pod['metadata']['name']}` lists every node"
         assert message.replace(explain, "").count(pod["metadata"]["name"]) == 0, message
-        assert (explain in message and "wait for free cores or lower cpu" in message) == (where == "FailedNodes"), message
+        waits = explain in message and "wait for free cores or lower cpu" in message
+        assert waits == (where == "FailedNodes"), message
 
 
 async def test_model_pod_with_unreadable_spec_is_unresolvable_everywhere_with_the_reason(ext: Ext) -> None:
@@ -300,7 +194,7 @@ async def test_model_pod_with_unreadable_spec_is_unresolvable_everywhere_with_th
 
 
 async def test_non_model_pod_passes_every_node_untouched(ext: Ext, demo_objects: list[Obj]) -> None:
-    names = DEMO_NODES + ["not-in-the-ledger"]
+    names = [*DEMO_NODES, "not-in-the-ledger"]
     answer = await ext.filter(plain_pod(), names)
     assert answer == {"Nodes": None, "NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
                       "Error": ""}
@@ -317,7 +211,8 @@ async def test_unknown_node_is_a_failed_node_not_an_error(ext: Ext) -> None:
         "node-from-the-future": "not known to the extender (not in its cache yet, or deleted)"}
 
 
-async def test_filter_and_prioritize_metrics_and_one_log_line_per_call(ext: Ext, caplog: pytest.LogCaptureFixture) -> None:
+async def test_filter_and_prioritize_metrics_and_one_log_line_per_call(ext: Ext,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
     before = {o: metrics.FILTER_NODES.labels(o)._value.get() for o in ("passed", "failed", "unresolvable")}
     caplog.set_level(logging.INFO, logger="model_placement.extender")
     await ext.filter(model_pod(tp=4, cpus=16), DEMO_NODES)
@@ -377,7 +272,8 @@ MALFORMED: list[tuple[str, bytes, str | None, str]] = [
     ("no candidates", b'{"Pod": {}, "Nodes": null, "NodeNames": null}', "application/json", "neither"),
     ("metadata wrong type", b'{"Pod": {"metadata": 7}, "NodeNames": []}', "application/json", "metadata must be"),
     ("labels wrong type", b'{"Pod": {"metadata": {"labels": [1]}}, "NodeNames": []}', "application/json", "labels"),
-    ("wrong Content-Type", args_nodecache(plain_pod(), ["cpu-a1"]), "text/plain", "Content-Type must be application/json"),
+    ("wrong Content-Type", args_nodecache(plain_pod(), ["cpu-a1"]), "text/plain",
+     "Content-Type must be application/json"),
     ("form Content-Type", b"Pod=x", "application/x-www-form-urlencoded", "Content-Type"),
 ]
 
@@ -410,7 +306,8 @@ async def test_malformed_bind_is_400(ext: Ext, body: bytes, phrase: str) -> None
     assert status == 400 and phrase in answer["error"]
 
 
-async def test_body_limit_is_enforced_with_and_without_content_length(make_ext: MakeExt, demo_objects: list[Obj]) -> None:
+async def test_body_limit_is_enforced_with_and_without_content_length(make_ext: MakeExt,
+                                                                      demo_objects: list[Obj]) -> None:
     ext = await make_ext(demo_objects, extender_body_limit=4096)
     big = args_nodecache(model_pod(), [f"node-{i:05d}" for i in range(1000)])
     status, answer = await ext.raw("/filter", big)
@@ -441,9 +338,6 @@ def test_default_body_limit_holds_a_full_5000_node_nodelist() -> None:
 # ------------------------------------------------------------------------------------------- bind
 
 
-def pair() -> tuple[Obj, Obj]:
-    """Two pods that each fit cpu-a1 (29 free cores per NUMA node) alone, but not together."""
-    return model_pod("first", tp=2, cpus=80), model_pod("second", tp=2, cpus=80)  # 20 cores per NUMA node each
 
 
 async def test_back_to_back_the_second_pod_never_gets_the_node(ext: Ext) -> None:

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.support.extender import Ext, MakeExt, model_pod, pair, plain_pod
 from tests.support.fakeapi import FakeApiServer
-from tests.test_extender import Ext, MakeExt, make_ext, model_pod, pair, plain_pod  # noqa: F401 - fixture
-from tests.test_kubesource import api, fake  # noqa: F401 - fixtures: the fake apiserver and a client of it
 
 Obj = dict[str, Any]
 

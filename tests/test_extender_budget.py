@@ -13,10 +13,9 @@ import yaml
 from kubernetes import client
 
 from extender.schedconfig import SchedulerConfigError, budget_from_file, go_duration, http_timeout
+from tests.support.extender import Ext, MakeExt, model_pod
 from tests.support.fakeapi import FakeApiServer
 from tests.support.process import ServerProcess
-from tests.test_extender import Ext, MakeExt, make_ext, model_pod  # noqa: F401 - fixture
-from tests.test_kubesource import api, fake  # noqa: F401 - fixtures: the fake apiserver and a client of it
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDULER_CONFIG = ROOT / "manifests/base/config/kube-scheduler.yaml"

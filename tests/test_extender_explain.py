@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from server.cli import demo_text, load_objects
-from tests.conftest import tainted
-from tests.test_extender import model_pod
+from tests.support.extender import model_pod
+from tests.support.payloads import tainted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def test_nodes_kube_scheduler_would_not_offer_are_named_so_not_said_to_fit(tmp_p
             {"key": "feature.node.kubernetes.io/cpu-security.amx.enabled", "operator": "In", "values": ["true"]}]}]}}}
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List",
-                                "items": tainted(load_objects(demo_text())) + [pending]}))
+                                "items": [*tainted(load_objects(demo_text())), pending]}))
     done = cli("--cluster", str(path), "explain", "llm-inference/amx-model", "-o", "json")
     assert done.returncode == 0, done.stderr
     nodes = {n["node"]: n for n in json.loads(done.stdout)["nodes"]}

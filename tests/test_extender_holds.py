@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from extender.routes import HOLDS
-from tests.test_extender import Ext, MakeExt, ext, make_ext, model_pod  # noqa: F401 - fixtures
+from tests.support.extender import Ext, model_pod
 
 NAMES = ["cpu-a1", "cpu-a2"]  # 29 + 29 and 13 + 29 free cores per NUMA node
 

@@ -9,7 +9,9 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from extender.filter import MAX_DEMANDS, UNKNOWN_NODE, Judge, explain, filter_nodes
 from extender.score import prioritize
@@ -105,7 +107,8 @@ def test_verdicts_follow_the_ledger_as_it_changes(half: int) -> None:
     judge = Judge(cluster)
     check_all(cluster, judge, "before", demands)
     # Assumed pods (our own binds), on nodes with maxBalloons (cpu-b1) and elsewhere; a shared-pool hog.
-    for i, (node, tp, cpus) in enumerate([("cpu-b1", 1, 4), ("cpu-a1", 2, 16), ("cpu-snc4", 1, 6)]):  # cpu-b1: now at maxBalloons
+    # cpu-b1: now at maxBalloons
+    for i, (node, tp, cpus) in enumerate([("cpu-b1", 1, 4), ("cpu-a1", 2, 16), ("cpu-snc4", 1, 6)]):
         p = pod(f"held-{i}", tp=tp, cpus=cpus)
         assert cluster.assume(f"uid-held-{i}", "llm", f"held-{i}", read_model_pod(p, cluster.settings), node).ok
     cluster.apply("Pod", "ADDED", {"metadata": {"name": "hog", "namespace": "x", "uid": "hog"},

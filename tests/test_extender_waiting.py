@@ -15,11 +15,10 @@ import urllib3
 
 from extender.waiting import CONDITION
 from server.cli import demo_text, load_objects
-from tests.support.fakeapi import FakeApiServer
+from tests.support.extender import args_nodecache, model_pod
+from tests.support.fakeapi import FakeApiServer, kubeconfig
 from tests.support.placed import bound_by_us
 from tests.support.process import ServerProcess
-from tests.test_extender import args_nodecache, model_pod
-from tests.test_live import kubeconfig
 
 
 @pytest.fixture

@@ -33,17 +33,18 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from placement.cluster import ClusterState
 from placement.config import Settings
 from server.app import ADMISSION_BODY_LIMIT, Runtime
 from server.cli import demo_text, load_objects
-from tests.conftest import FIXTURES, fixture_json
+from tests.support.extender import DEMO_NODES, FILTER_KEYS, model_pod, plain_pod
+from tests.support.payloads import FIXTURES, fixture_json
 from tests.support.servers import Served, serving
-from tests.test_extender import DEMO_NODES, FILTER_KEYS, model_pod, plain_pod
-from tests.test_webhook_mutate import Answer
-from tests.test_webhook_validate import _paths
+from tests.support.webhook import Answer, json_paths
 
 Obj = dict[str, Any]
 
@@ -213,7 +214,7 @@ UIDS = [f"fuzz-uid-{i}" for i in range(6)]  # few: only the first bind of each c
 _SENTINEL = re.compile(r'"\\u0000(DEEP|DEEPOBJ|SURROGATE|BIG)(\d+)\\u0000"')
 ODD_NUMBERS = [0, -1, -8, 2**63, 2**64 + 1, -(2**70), 1e300, -1e300, 1.5e-300, 0.1, 3.14159, 10**30]
 QUANTITIES = ["1e400", "1e308", "-8", "-0", "0", "", " ", "abc", "8Ki", "8 ", " 8", "+8", "0x10", "1_000", "1.5.5",
-              "NaN", "Infinity", "-Infinity", "99999999999999999999999999999", "8" * 400, "٣", "８", "8m", "1E3",
+              "NaN", "Infinity", "-Infinity", "99999999999999999999999999999", "8" * 400, "٣", "\uff18", "8m", "1E3",
               "0.0000001", "100000000000000000000000000000000000000000m", "16", "64Gi", "1Ei", "9Ei", "2.5e10",
               "e5", ".", "-", "1/2", "8\u00a0", "\u2163"]
 TP_KEYS = ["model-manager.io/tensor-parallel-size", "cpu-policy.model-manager.io/tensor-parallel-size",
@@ -221,7 +222,7 @@ TP_KEYS = ["model-manager.io/tensor-parallel-size", "cpu-policy.model-manager.io
            "model-manager.io/node", "model-manager.io/preflight", "model-manager.io/require-amx"]
 ANNOTATION_KEYS = ["a/b", "~", "~0", "~1", "/", "//", "a~1b", "x/y/z~0~1", "", "~/~/", "sidecar.istio.io/inject",
                    "model-manager.io/tensor-parallel-size~", "balloon.balloons.resource-policy.nri.io/container.m/n",
-                   "balloon.balloons.resource-policy.nri.io/container.~0", "ключ/значение", "🙂/~"] + TP_KEYS
+                   "balloon.balloons.resource-policy.nri.io/container.~0", "ключ/значение", "🙂/~", *TP_KEYS]
 KINDS = ["Pod", "pod", "Deployment", "StatefulSet", "ReplicaSet", "Node", "Binding", "AdmissionReview", "",
          "Pod ", "DaemonSet", "Job", "CronJob", "ExtenderArgs"]
 CONTENT_TYPES = ["application/json"] * 50 + [
@@ -253,7 +254,7 @@ def _odd_value(draw: st.DrawFn, like: Any) -> Any:
 
 
 def _dicts_with(doc: Any, key: str) -> list[tuple[Any, ...]]:
-    return [p for p in _paths(doc) if isinstance(_get(doc, p), dict) and key in _get(doc, p)] + \
+    return [p for p in json_paths(doc) if isinstance(_get(doc, p), dict) and key in _get(doc, p)] + \
         ([()] if isinstance(doc, dict) and key in doc else [])
 
 
@@ -263,7 +264,7 @@ def mutated(draw: st.DrawFn, seeds: list[Obj], limit: int) -> tuple[Any, bytes]:
     doc = orjson.loads(orjson.dumps(draw(st.sampled_from(seeds))))
     big = False
     for _ in range(draw(st.sampled_from([1, 1, 2, 2, 3, 4, 5]))):
-        paths = list(_paths(doc))
+        paths = list(json_paths(doc))
         how = draw(st.sampled_from(["delete", "null", "swap", "quantity", "unicode", "deep", "annotation", "kind",
                                     "null-subtree", "duplicate-containers", "big", "uid", "number"]))
         if not paths:
@@ -314,7 +315,7 @@ def mutated(draw: st.DrawFn, seeds: list[Obj], limit: int) -> tuple[Any, bytes]:
             target = _get(doc, path)
             p = draw(st.sampled_from([0.3, 0.7, 1.0]))
             rnd = draw(st.randoms(use_true_random=False))
-            for sub in list(_paths(target)):
+            for sub in list(json_paths(target)):
                 try:
                     holder = _get(target, sub[:-1])
                     if rnd.random() < p:
@@ -380,7 +381,7 @@ def request_body(draw: st.DrawFn, seeds: list[Obj], limit: int) -> tuple[Any, by
         return doc, json.dumps(doc, ensure_ascii=draw(st.booleans())).encode()
     if shape == "wrapped":
         doc = orjson.loads(orjson.dumps(draw(st.sampled_from(seeds))))
-        paths = [p for p in _paths(doc) if isinstance(_get(doc, p), dict)]
+        paths = [p for p in json_paths(doc) if isinstance(_get(doc, p), dict)]
         if paths:
             path = draw(st.sampled_from(paths))
             _get(doc, path[:-1])[path[-1]] = draw(RANDOM_JSON)
@@ -551,7 +552,7 @@ def test_fuzz_filter_and_prioritize(server: tuple[Background, list[Any]], path: 
     before = SENT[path], Counter(STATUS)
 
     @FUZZ
-    @given(case=request_body(EXT_SEEDS + [BIND_SEED, AR_SEEDS[0]], EXTENDER_LIMIT), data=st.data())
+    @given(case=request_body([*EXT_SEEDS, BIND_SEED, AR_SEEDS[0]], EXTENDER_LIMIT), data=st.data())
     def fuzz(case: tuple[Any, bytes], data: st.DataObject) -> None:
         doc, body = case
         content_type, chunked = transport(data.draw)
@@ -582,7 +583,7 @@ def test_fuzz_bind(server: tuple[Background, list[Any]], capsys: pytest.CaptureF
             check_extender("/filter", sent, status, text)
             meta = pod["metadata"]
             seed = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],
-                    "Node": data.draw(st.sampled_from(DEMO_NODES + ["nowhere"]))}
+                    "Node": data.draw(st.sampled_from([*DEMO_NODES, "nowhere"]))}
             doc, body = seed, orjson.dumps(seed)
             if data.draw(st.booleans()):
                 doc, body = data.draw(mutated([seed], EXTENDER_LIMIT))

@@ -6,17 +6,16 @@ import asyncio
 import gc
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 from kubernetes import client
 
 from placement.cluster import ClusterState
 from placement.config import Settings
 from server.kubeapi import AUTH_SECONDS, BindError, KubeApiError, LoopApi, bind_pod, get_json, make_api_client
-import orjson
-
 from server.kubesource import Backoff, BulkLoadGC, KubeSource, list_once
 from tests.support.fakeapi import FakeApiServer, balloons_policy_obj, node_obj, nrt_obj, pod_obj, status
 
@@ -67,17 +66,8 @@ async def eventually(cond: Callable[[], bool], timeout: float = 5.0, what: str =
         await asyncio.sleep(0.01)
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        yield server
 
 
-@pytest.fixture
-def api(fake: FakeApiServer) -> Iterator[client.ApiClient]:
-    api_client = client.ApiClient(client.Configuration(host=fake.url))
-    yield api_client
-    api_client.close()
 
 
 def seed(fake: FakeApiServer) -> dict[str, Obj]:
@@ -545,7 +535,8 @@ async def test_the_loop_client_sends_the_token_and_rereads_a_rotated_one(fake: F
     loop_api = LoopApi(api_client, clock=lambda: now[0])
     try:
         fake.authorization.clear()
-        assert orjson.loads(await loop_api.call("GET", "/api/v1/nodes", timeout=5, connect_timeout=1))["kind"] == "NodeList"
+        nodes = orjson.loads(await loop_api.call("GET", "/api/v1/nodes", timeout=5, connect_timeout=1))
+        assert nodes["kind"] == "NodeList"
         assert list(fake.authorization) == ["Bearer s3cret"]
 
         def rotate(cfg: client.Configuration) -> None:  # as the in-cluster loader's hook does

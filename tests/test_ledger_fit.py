@@ -9,17 +9,25 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from placement import fit as fitmod
+from placement.balloons import node_balloons_policy
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import ModelDemand, ModelIdentity
 from placement.ledger import STAMPS, NodeLedger, NodeNRI
-from placement.balloons import node_balloons_policy
 from placement.topology import (
-    BalloonType, BalloonsPolicy, linux_layout, parse_balloons_policy, reserved_from_spec, spread_reserved,
+    BalloonsPolicy,
+    BalloonType,
+    linux_layout,
+    parse_balloons_policy,
+    reserved_from_spec,
+    spread_reserved,
 )
+
 
 def generated(cores_per_numa: list[int], tpc: int = 2) -> BalloonsPolicy:
     """The policy `balloons-policy NODE` writes for a node of this shape, reserving one core per NUMA node."""
@@ -261,7 +269,8 @@ def test_free_never_negative_and_fit_agrees_with_place(shape, sequence) -> None:
 def test_cluster_events_release_terminated_and_deleted_pods(demo: ClusterState, demo_objects) -> None:
     led = demo.ledger("cpu-a2")
     assert led.free() == (13, 29)
-    pod = copy.deepcopy(next(o for o in demo_objects if o["metadata"].get("name", "").startswith("llama3-8b-predictor-6c9f7-abcde")))
+    pod = copy.deepcopy(next(o for o in demo_objects
+                             if o["metadata"].get("name", "").startswith("llama3-8b-predictor-6c9f7-abcde")))
     pod["status"]["phase"] = "Succeeded"
     demo.apply("Pod", "MODIFIED", pod)
     assert demo.ledger("cpu-a2").free() == (29, 29)
@@ -275,7 +284,7 @@ def test_cluster_events_release_terminated_and_deleted_pods(demo: ClusterState, 
 def test_node_that_disappears_drops_its_ledger(demo: ClusterState, demo_objects) -> None:
     node = next(o for o in demo_objects if o["kind"] == "Node" and o["metadata"]["name"] == "cpu-icx")
     demo.apply("Node", "DELETED", node)
-    assert demo.ledger("cpu-icx") is None and "cpu-icx" not in [l.name for l in demo.ledgers()]
+    assert demo.ledger("cpu-icx") is None and "cpu-icx" not in [ledger.name for ledger in demo.ledgers()]
 
 
 def test_assumed_pod_is_held_until_confirmed_or_expired(demo_objects) -> None:
@@ -292,7 +301,8 @@ def test_assumed_pod_is_held_until_confirmed_or_expired(demo_objects) -> None:
     # The watch shows an unrelated update before the binding: still held.
     state.apply("Pod", "MODIFIED", {"metadata": {"uid": "uid-new", "name": "new", "namespace": "llm",
                                                  "labels": {"model-manager.io/model": "m"}},
-                                    "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "20"}}}]},
+                                    "spec": {"containers": [{"name": "main",
+                                                             "resources": {"requests": {"cpu": "20"}}}]},
                                     "status": {"phase": "Pending"}})
     assert sum(state.ledger("cpu-a1").free()) == 58 - 10
     clock[0] += 31
@@ -305,7 +315,8 @@ def test_assumed_pod_survives_a_relist_that_shows_it_unbound_until_confirmed(dem
     for kind in ("Node", "Pod", "BalloonsPolicy", "NodeResourceTopology"):
         state.replace(kind, [o for o in demo_objects if o["kind"] == kind])
     assert state.assume("uid-new", "llm", "new", replace(demand(20), pod="llm/new"), "cpu-a1").ok
-    unbound = {"metadata": {"uid": "uid-new", "name": "new", "namespace": "llm", "labels": {"model-manager.io/model": "m"}},
+    unbound = {"metadata": {"uid": "uid-new", "name": "new", "namespace": "llm",
+                            "labels": {"model-manager.io/model": "m"}},
                "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "20"}}}]},
                "status": {"phase": "Pending"}}
     state.replace("Pod", [o for o in demo_objects if o["kind"] == "Pod"] + [unbound])

@@ -8,37 +8,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import urllib3
-import yaml
 
-from server.cli import demo_text, load_objects
-from tests.support.fakeapi import FakeApiServer
+from tests.support.fakeapi import FakeApiServer, kubeconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("Node", "Pod", "BalloonsPolicy", "NodeResourceTopology")
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        for obj in load_objects(demo_text()):
-            server.add(obj["kind"], obj)
-        yield server
 
 
-def kubeconfig(tmp_path: Path, url: str) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": url}}],
-        "users": [{"name": "ops", "user": {"token": "not-a-secret"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "ops"}}],
-    }))
-    return path
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -46,23 +27,23 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
-def test_report_and_render_read_the_live_cluster_as_they_read_a_file(fake: FakeApiServer, tmp_path: Path) -> None:
-    config = str(kubeconfig(tmp_path, fake.url))
+def test_report_and_render_read_the_live_cluster_as_they_read_a_file(fake_demo: FakeApiServer, tmp_path: Path) -> None:
+    config = str(kubeconfig(tmp_path, fake_demo.url))
     live = json.loads(cli("report", "--kubeconfig", config, "-o", "json").stdout)
     offline = json.loads(cli("report", "-o", "json").stdout)
     assert live == offline and len(live) == 7
     rendered = json.loads(cli("render", "examples/deployment-tp2.yaml", "--kubeconfig", config, "-o", "json").stdout)
     assert rendered == json.loads(cli("render", "examples/deployment-tp2.yaml", "-o", "json").stdout)
     # The live answer follows the live cluster: take cpu-b1 away and it is no longer ranked.
-    fake.delete("Node", "cpu-b1")
+    fake_demo.delete("Node", "cpu-b1")
     rendered = json.loads(cli("render", "examples/deployment-tp2.yaml", "--kubeconfig", config, "-o", "json").stdout)
     assert "cpu-b1" not in [r["node"] for r in rendered[0]["ranking"]]
 
 
-def test_not_ready_until_every_kind_is_listed_then_follows_the_watch(fake: FakeApiServer, tmp_path: Path) -> None:
-    fake.fail_next_lists("Pod", 6, code=500)  # the pod list keeps failing for a while
+def test_not_ready_until_every_kind_is_listed_then_follows_the_watch(fake_demo: FakeApiServer, tmp_path: Path) -> None:
+    fake_demo.fail_next_lists("Pod", 6, code=500)  # the pod list keeps failing for a while
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--kubeconfig", str(kubeconfig(tmp_path, fake.url)),
+        [sys.executable, "-m", "server.cli", "serve", "--kubeconfig", str(kubeconfig(tmp_path, fake_demo.url)),
          "--insecure-http", "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0"],
         cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     http = urllib3.PoolManager()
@@ -90,7 +71,7 @@ def test_not_ready_until_every_kind_is_listed_then_follows_the_watch(fake: FakeA
 
         assert [n["free"] for n in ledger("cpu-a2")["numa"]] == [13, 29]
         # A model pod deleted in the cluster releases its cores within a second or so.
-        fake.delete("Pod", "llama3-8b-predictor-6c9f7-abcde", "llm")
+        fake_demo.delete("Pod", "llama3-8b-predictor-6c9f7-abcde", "llm")
         deadline = time.monotonic() + 5
         while [n["free"] for n in ledger("cpu-a2")["numa"]] != [29, 29]:
             assert time.monotonic() < deadline, ledger("cpu-a2")

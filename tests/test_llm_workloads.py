@@ -6,10 +6,7 @@ at apply time, like a Deployment."""
 
 from __future__ import annotations
 
-from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are fixtures, used by name
-    BALLOON, NUMA, TP, TYPE, MakeWebhook, Obj, Webhook, make_webhook, review, wh,
-)
-from tests.test_webhook_validate import admitted, refused
+from tests.support.webhook import BALLOON, NUMA, TP, TYPE, MakeWebhook, Obj, Webhook, admitted, refused, review
 from webhook.review import WARNING_MAX
 
 ROUTER = "ar-pod-llmisvc-router-scheduler.json"

@@ -39,14 +39,13 @@ from certs import Issued, make_ca, make_serving_cert
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.mutation import mutate_pod
-from tests.support.fakeapi import FakeApiServer, balloons_policy_obj, node_obj, nrt_obj, pod_obj
+from tests.support.extender import FILTER_KEYS
+from tests.support.fakeapi import FakeApiServer, balloons_policy_obj, kubeconfig, node_obj, nrt_obj, pod_obj
 from tests.support.placed import bound_by_us
 from tests.support.process import ServerProcess
 from tests.support.servers import NAMESPACE, SERVER_NAME, SERVICE
-from tests.test_certs import client_context, handshakes
-from tests.test_extender import FILTER_KEYS
-from tests.test_live import kubeconfig
-from tests.test_webhook_mutate import Answer, pod_review
+from tests.support.tls import client_context, handshakes
+from tests.support.webhook import Answer, pod_review
 
 REQUESTS = int(os.environ.get("MP_LOAD_REQUESTS", "10000"))
 CONCURRENCY = 64
@@ -197,7 +196,7 @@ class Load:
                 self.refused[uid] = answer["Error"]
             else:
                 self.bound[uid] = node
-        except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+        except Exception as exc:
             self.errors.append(f"{uid}: {type(exc).__name__}: {str(exc)[:300]}")
 
 

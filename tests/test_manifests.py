@@ -4,7 +4,7 @@ Every YAML document under manifests/ is loaded; built-in kinds are validated str
 OpenAPI schemas (kubernetes_validate, offline), the rest against the fields documented in shared/reference:
 KubeSchedulerConfiguration `extenders` (extender.md 2.4), BalloonsPolicy (nri-cpumanager.md 1b), cert-manager.
 The webhook configurations, RBAC, Deployments and kustomizations are checked for the properties the design relies on.
-When kubectl is on PATH, the three kustomize builds are rendered and validated too.
+The three kustomize builds are rendered (with the kube peer's kubectl) and validated too.
 
 The checkers return lists of problems, so the last tests can show that each of them really fails on a bad input.
 """
@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from kubernetes_validate import utils as kv
 
 from placement.config import load_settings
@@ -465,7 +464,7 @@ def check_webhook_configuration(doc: dict[str, Any]) -> list[str]:
         for expr in sel.get("matchExpressions", []):
             if expr.get("key") == "kubernetes.io/metadata.name" and expr.get("operator") == "NotIn":
                 excluded |= set(expr.get("values", []))
-        if not PROTECTED_NAMESPACES <= excluded:
+        if not excluded >= PROTECTED_NAMESPACES:
             errors.append(f"{name}: namespaceSelector must exclude {sorted(PROTECTED_NAMESPACES)} by name")
         conditions = wh.get("matchConditions", [])
         if not conditions:
@@ -757,7 +756,7 @@ def test_scheduler_pod_wires_the_extender() -> None:
     assert all("secret" not in v for v in dep["spec"]["template"]["spec"]["volumes"])
     sidecar = container(dep, "extender")
     args = sidecar["args"]
-    assert [a for a in args if not a.startswith("-")][0] == "extender"  # global flags may come first
+    assert next(a for a in args if not a.startswith("-")) == "extender"  # global flags may come first
     f = flags(args)
     port = ext["urlPrefix"].rsplit(":", 1)[1]
     assert f["port"] == port and f["host"] == "127.0.0.1" and f["in-cluster"] is True
@@ -812,7 +811,7 @@ def test_webhook_deployment_service_and_pdb() -> None:
         for t in terms
     )
     c = container(dep, "webhook")
-    assert [a for a in c["args"] if not a.startswith("-")][0] == "webhook"  # global flags may come first
+    assert next(a for a in c["args"] if not a.startswith("-")) == "webhook"  # global flags may come first
     f = flags(c["args"])
     assert f["port"] == "8443" and f["in-cluster"] is True and "insecure-http" not in f
     for flag in ("tls-cert", "tls-key"):
@@ -888,7 +887,7 @@ def test_example_model_pod_is_a_model_pod() -> None:
     (pod,) = load_all(EXAMPLES / "model-pod.yaml")
     assert validate_strict(pod, LATEST_K8S) is None
     assert set(MODEL_LABELS) & set(pod["metadata"]["labels"])
-    assert [c["name"] for c in pod["spec"]["containers"]][0] == "main"
+    assert next(c["name"] for c in pod["spec"]["containers"]) == "main"
     assert "schedulerName" not in pod["spec"], "the webhook sets it"
 
 

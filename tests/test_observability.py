@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from placement.cluster import ClusterState
 from server.app import Runtime
 from server.logs import JSONFormatter
-from tests.conftest import fixture_json
+from tests.support.payloads import fixture_json
 from tests.support.servers import serving
 
 

@@ -17,10 +17,8 @@ from placement.balloons import node_balloons_policy
 from placement.config import Settings
 from placement.topology import linux_layout
 from server.cli import demo_text, load_objects
-from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are fixtures, used by name
-    Answer, MakeWebhook, Obj, Webhook, decisions, make_webhook, review, wh,
-)
-from tests.test_webhook_validate import balloons_policy, node, running
+from tests.support.webhook import Answer, MakeWebhook, Obj, Webhook, balloons_policy, decisions, node, review, running
+
 
 def policy_review(policy: Obj, operation: str = "UPDATE", uid: str = "") -> Obj:
     """What kube-apiserver v1.35 sent our webhook for `kubectl apply` of a BalloonsPolicy (recorded through the e2e
@@ -157,7 +155,8 @@ async def test_min_balloons_that_do_not_fit_outside_the_reserved_cpuset_are_refu
      RESERVED, "composite type 'c' sets preferCloseToDevices"),
     ([numa_type(0), composite("c", "vllm-numa-0", cpuClass="turbo")], RESERVED,
      "composite type 'c' sets cpuClass 'turbo', which only its components may"),
-    ([{"name": "a", "componentCreation": "all"}], RESERVED, "type 'a' sets componentCreation 'all' but has no components"),
+    ([{"name": "a", "componentCreation": "all"}], RESERVED,
+     "type 'a' sets componentCreation 'all' but has no components"),
     ([composite("a", "b"), composite("b", "a")], RESERVED, "types 'a' -> 'b' -> 'a' are made of each other"),
     ([composite("a", "")], RESERVED, "component 1 of type 'a' names no balloonType"),
     ([{"name": "reserved", "minCPUs": 3}], "2", "reservedResources.cpu 2 means 2 reserved CPUs but the reserved "
@@ -258,4 +257,5 @@ async def test_what_is_not_judged_and_what_cannot_be_read(wh: Webhook) -> None:
     broken = policy_review(stored({"balloonTypes": {"name": "a"}}))
     answer = await wh.validate(broken)
     assert (answer.allowed, answer.code) == (False, 400)
-    assert answer.message == "model-placement refuses BalloonsPolicy kube-system/default: spec.balloonTypes is not a list."
+    assert answer.message == ("model-placement refuses BalloonsPolicy kube-system/default: "
+                              "spec.balloonTypes is not a list.")

@@ -17,9 +17,8 @@ from extender.preempt import Pdb, candidate, read_pdb
 from extender.victims import Candidate, violations
 from placement.ledger import PLACEMENT, Placed
 from server.cli import demo_text, load_objects
+from tests.support.extender import Ext, MakeExt, go_json, model_pod, plain_pod
 from tests.support.fakeapi import FakeApiServer
-from tests.test_extender import Ext, MakeExt, go_json, make_ext, model_pod, plain_pod  # noqa: F401 - fixture
-from tests.test_kubesource import api, fake  # noqa: F401 - fixtures: the fake apiserver and a client of it
 
 Obj = dict[str, Any]
 
@@ -67,7 +66,8 @@ def chosen(answer: Obj) -> dict[str, list[str]]:
 
 
 def pdb(name: str, app: str, allowed: int, namespace: str = "llm-inference") -> Obj:
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": namespace},
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace},
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
             "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}
 

@@ -10,8 +10,7 @@ from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import read_model_pod
 from placement.topology import linux_layout
-from tests.test_webhook_mutate import AMX, MakeWebhook, Obj, make_webhook, review  # noqa: F401 - fixture
-from tests.test_webhook_validate import admitted, refused
+from tests.support.webhook import AMX, MakeWebhook, Obj, admitted, refused, review
 
 NUMA = "cpu-policy.model-manager.io/numa-nodes"
 
@@ -42,10 +41,12 @@ def pod(args: list[str], cpu: str = "8", memory: str = "64Gi", uid: str = "ranks
 
 def running(name: str, on: str, memory: str, tp: int = 2) -> Obj:
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}", "creationTimestamp": "2026-12-01T00:00:00Z",
+            "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}",
+                         "creationTimestamp": "2026-12-01T00:00:00Z",
                          "labels": {"model-manager.io/model": name},
                          "annotations": {"cpu-policy.model-manager.io/type": "nri-balloons",
-                                         "balloon.balloons.resource-policy.nri.io/container.main": f"vllm-balloon-tp{tp}"}},
+                                         "balloon.balloons.resource-policy.nri.io/container.main":
+                                             f"vllm-balloon-tp{tp}"}},
             "spec": {"nodeName": on, "containers": [{"name": "main", "args": ["-tp", str(tp)], "resources": {
                 "requests": {"cpu": "8", "memory": memory}, "limits": {"cpu": "8", "memory": memory}}}]},
             "status": {"phase": "Running"}}

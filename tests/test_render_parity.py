@@ -19,7 +19,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.conftest import TOLERATIONS, tainted
+from tests.support.payloads import TOLERATIONS, tainted
 from tests.support.process import ROOT, ServerProcess, command
 
 DEMO = ROOT / "placement/demo/cluster.yaml"
@@ -104,7 +104,8 @@ def test_render_and_the_server_agree_on_50_pods(fleet: str, tmp_path: Path) -> N
     rendered = json.loads(out.stdout)
     assert len(rendered) == len(sent)
 
-    server = ServerProcess(["serve", "--insecure-http", "--host", "127.0.0.1", "--port", "0", "--cluster", str(cluster)])
+    server = ServerProcess(["serve", "--insecure-http", "--host", "127.0.0.1", "--port", "0",
+                            "--cluster", str(cluster)])
     verdicts = set()
     unoffered = set()
     try:
@@ -137,7 +138,8 @@ def test_render_and_the_server_agree_on_50_pods(fleet: str, tmp_path: Path) -> N
             # Admitted but offered no node by kube-scheduler (warn, skip): render refuses it all the same.
             if not entry["ranking"] and not entry["filtered"]:
                 assert entry["exit"] == 3 and out.returncode == 3
-            scores = {h["Host"]: h["Score"] for h in post(conn, "/prioritize", {**args, "NodeNames": filtered["NodeNames"]})}
+            prioritized = post(conn, "/prioritize", {**args, "NodeNames": filtered["NodeNames"]})
+            scores = {h["Host"]: h["Score"] for h in prioritized}
             # render shows each node's own score; /prioritize lowers them all by the lowest, leaving out the nodes at 0.
             floor = min((r["score"] for r in entry["ranking"]), default=0)
             assert scores == {r["node"]: r["score"] - floor for r in entry["ranking"] if r["score"] > floor}

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from tests.conftest import fixture_json
+from tests.support.payloads import fixture_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ async def test_sigterm_during_load_answers_every_accepted_request() -> None:
                             payload = await resp.json()
                             assert resp.status == 200 and payload["response"]["allowed"] is True
                             answered += 1
-                    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    except (TimeoutError, aiohttp.ClientError) as exc:
                         lost.append(repr(exc))
 
             async def terminate() -> None:

@@ -41,7 +41,7 @@ def world() -> tuple[list[Any], list[tuple[str, Any]], list[dict[str, Any]]]:
 
 @pytest.fixture(scope="module")
 def runs(world: Any) -> dict[str, Any]:
-    fleet, stream, objects = world
+    _fleet, stream, objects = world
     out = {}
     for run in (sim.StockRun(objects, Settings()), sim.ExtenderRun(objects, Settings())):
         run.play(stream, 50)

@@ -11,10 +11,9 @@ from typing import Any
 
 import urllib3
 
-from tests.support.fakeapi import FakeApiServer
+from tests.support.extender import args_nodecache, bind_args, model_pod
+from tests.support.fakeapi import FakeApiServer, kubeconfig
 from tests.support.process import ServerProcess
-from tests.test_extender import args_nodecache, bind_args, model_pod
-from tests.test_live import fake, kubeconfig  # noqa: F401 - fixture: the demo fleet in a fake apiserver
 
 NODES = ["cpu-a1", "cpu-a2", "cpu-full"]
 
@@ -30,10 +29,10 @@ def metric(http: urllib3.PoolManager, base: str, verb: str) -> float:
     return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
 
 
-def test_every_verb_refuses_until_the_pod_list_is_in_then_answers(fake: FakeApiServer, tmp_path: Path) -> None:
-    pod = fake.add("Pod", model_pod("gate-0", tp=2, cpus=16))
-    fake.hold_lists("Pod")
-    proc = ServerProcess(["extender", "--kubeconfig", str(kubeconfig(tmp_path, fake.url)), "--insecure-http",
+def test_every_verb_refuses_until_the_pod_list_is_in_then_answers(fake_demo: FakeApiServer, tmp_path: Path) -> None:
+    pod = fake_demo.add("Pod", model_pod("gate-0", tp=2, cpus=16))
+    fake_demo.hold_lists("Pod")
+    proc = ServerProcess(["extender", "--kubeconfig", str(kubeconfig(tmp_path, fake_demo.url)), "--insecure-http",
                           "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0"])
     http = urllib3.PoolManager()
     base = proc.url
@@ -51,7 +50,7 @@ def test_every_verb_refuses_until_the_pod_list_is_in_then_answers(fake: FakeApiS
         assert "has not finished listing Pod" in answer["Error"] and "retries" in answer["Error"]
         status, answer = post(http, f"{base}/bind", bind_args(pod, "cpu-a1"))
         assert status == 200 and "has not finished listing Pod" in answer["Error"]
-        assert fake.get("Pod", "gate-0", "llm-inference")["spec"].get("nodeName") is None  # nothing was bound
+        assert fake_demo.get("Pod", "gate-0", "llm-inference")["spec"].get("nodeName") is None  # nothing was bound
         status, answer = post(http, f"{base}/prioritize", args_nodecache(pod, NODES))
         assert status == 503 and "has not finished listing Pod" in answer["Error"]
         status, answer = post(http, f"{base}/preempt", b'{"Pod":' + json.dumps(pod).encode()
@@ -62,7 +61,7 @@ def test_every_verb_refuses_until_the_pod_list_is_in_then_answers(fake: FakeApiS
         assert [e["verb"] for e in refusals] == ["filter", "bind", "prioritize", "preempt"]
         assert all(e["kind"] == "Pod" and e["level"] == "warning" for e in refusals)
 
-        fake.release_lists("Pod")
+        fake_demo.release_lists("Pod")
         deadline = time.monotonic() + 20
         while http.request("GET", f"{base}/readyz").status != 200:
             assert time.monotonic() < deadline
@@ -73,9 +72,9 @@ def test_every_verb_refuses_until_the_pod_list_is_in_then_answers(fake: FakeApiS
         assert list(answer["FailedNodes"]) == ["cpu-full"]
         status, answer = post(http, f"{base}/bind", bind_args(pod, "cpu-a2"))
         assert (status, answer) == (200, {"Error": ""})
-        assert fake.get("Pod", "gate-0", "llm-inference")["spec"]["nodeName"] == "cpu-a2"
+        assert fake_demo.get("Pod", "gate-0", "llm-inference")["spec"]["nodeName"] == "cpu-a2"
         assert metric(http, base, "filter") == 1  # no refusal since
     finally:
-        fake.release_lists("Pod")
+        fake_demo.release_lists("Pod")
         proc.stop()
     assert proc.problems() == []

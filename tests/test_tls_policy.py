@@ -16,10 +16,10 @@ import aiohttp
 import pytest
 
 from certs import make_ca, make_client_cert, write_bundle
-from tests.conftest import fixture_text
+from tests.support.extender import DEMO_NODES, FILTER_KEYS, model_pod
+from tests.support.payloads import fixture_text
 from tests.support.process import ServerProcess
 from tests.support.servers import NAMESPACE, SERVER_NAME, SERVICE
-from tests.test_extender import DEMO_NODES, FILTER_KEYS, model_pod
 
 LOCAL = ["--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0"]
 
@@ -218,9 +218,9 @@ async def test_webhook_without_client_ca_needs_no_client_certificate(started: li
     server = start(started, "webhook", *tls_args(tls_dir))
     assert await negotiated(server.port, client(tls_dir / "ca.crt")) == "TLSv1.3"
     body = fixture_text("ar-pod-kserve-rs.json").encode()
-    async with aiohttp.ClientSession() as session:
-        async with session.post(f"https://127.0.0.1:{server.port}/mutate?timeout=10s", data=body,
-                                headers={"Content-Type": "application/json"},
-                                ssl=client(tls_dir / "ca.crt"), server_hostname=SERVER_NAME) as resp:
-            assert resp.status == 200 and (await resp.json())["response"]["allowed"] is True
+    async with (aiohttp.ClientSession() as session,
+                session.post(f"https://127.0.0.1:{server.port}/mutate?timeout=10s", data=body,
+                             headers={"Content-Type": "application/json"},
+                             ssl=client(tls_dir / "ca.crt"), server_hostname=SERVER_NAME) as resp):
+        assert resp.status == 200 and (await resp.json())["response"]["allowed"] is True
     assert server.stop() == 0

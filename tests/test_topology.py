@@ -6,10 +6,17 @@ import pytest
 import yaml
 
 from placement.topology import (
-    CPUSet, CPUSetError, linux_layout, node_topology, parse_balloons_policy, policy_for_node,
-    profile_reserved, reserved_from_spec, spread_reserved,
+    CPUSet,
+    CPUSetError,
+    linux_layout,
+    node_topology,
+    parse_balloons_policy,
+    policy_for_node,
+    profile_reserved,
+    reserved_from_spec,
+    spread_reserved,
 )
-from tests.conftest import fixture_text
+from tests.support.payloads import fixture_text
 
 NUMA_LABEL = "feature.node.kubernetes.io/memory-numa.node_count"
 SMT_LABEL = "feature.node.kubernetes.io/cpu-hardware_multithreading"

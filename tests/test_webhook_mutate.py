@@ -8,21 +8,21 @@ Reinvocation, a property test (the patch always applies; twice equals once), bad
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import jsonpatch
 import pytest
-from hypothesis import HealthCheck, assume, event, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, assume, event, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from placement.cluster import ClusterState
@@ -30,22 +30,30 @@ from placement.config import Settings
 from placement.quantity import cpu_milli, memory_bytes
 from server.app import Runtime
 from server.cli import demo_text, load_objects
-from tests.conftest import fixture_json
-from tests.support.servers import Served, serving
+from tests.support.payloads import fixture_json
+from tests.support.servers import serving
+from tests.support.webhook import (
+    AMX,
+    BALLOON,
+    CPUS,
+    NUMA,
+    REASON,
+    REQUESTED,
+    TP,
+    TYPE,
+    Answer,
+    MakeWebhook,
+    Obj,
+    Webhook,
+    decisions,
+    objects_without,
+    pod_review,
+    review,
+)
 from webhook.patch import PatchError, apply_patch, escape, make_patch
 from webhook.review import parse_timeout
 from webhook.routes import TIMINGS, fits_every_replica
 
-Obj = dict[str, Any]
-
-TYPE = "cpu-policy.model-manager.io/type"
-REASON = "cpu-policy.model-manager.io/reason"
-TP = "cpu-policy.model-manager.io/tensor-parallel-size"
-CPUS = "cpu-policy.model-manager.io/cpus"
-REQUESTED = "cpu-policy.model-manager.io/requested-cpu"
-NUMA = "cpu-policy.model-manager.io/numa-nodes"
-BALLOON = "balloon.balloons.resource-policy.nri.io/container."
-AMX = {"key": "feature.node.kubernetes.io/cpu-security.amx.enabled", "operator": "In", "values": ["true"]}
 # The demo fleet mixes SMT widths (cpu-nosmt has SMT off): a doubled request is kept on nodes of SMT width 2.
 SMT2 = {"key": "feature.node.kubernetes.io/cpu-hardware_multithreading", "operator": "NotIn", "values": ["false"]}
 # Where the contract lets the webhook write (DESIGN.md, "Outputs the webhook writes").
@@ -56,140 +64,20 @@ WRITABLE = ("/metadata/annotations", "/spec/affinity", "/spec/schedulerName", "/
 # ------------------------------------------------------------------------------------- the apiserver side
 
 
-def review(name: str, uid: str | None = None) -> Obj:
-    body = copy.deepcopy(fixture_json(name))
-    if uid:
-        body["request"]["uid"] = uid
-    return body  # type: ignore[no-any-return]
 
 
-def pod_review(pod: Obj, uid: str, namespace: str | None = None, operation: str = "CREATE", **request: Any) -> Obj:
-    """An AdmissionReview for `pod` as the apiserver builds one (CreateV1AdmissionReview)."""
-    ns = namespace if namespace is not None else (pod.get("metadata") or {}).get("namespace", "llm")
-    gvk, gvr = {"group": "", "version": "v1", "kind": "Pod"}, {"group": "", "version": "v1", "resource": "pods"}
-    req: Obj = {"uid": uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-                "namespace": ns, "operation": operation,
-                "userInfo": {"username": "kubernetes-admin", "groups": ["system:authenticated"]},
-                "object": pod, "oldObject": None, "dryRun": False,
-                "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}}
-    if (pod.get("metadata") or {}).get("name"):
-        req["name"] = pod["metadata"]["name"]
-    req.update(request)
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
 
 
-class Answer:
-    """A response read as the apiserver reads it (admissionreview.go VerifyAdmissionResponse, dispatcher)."""
-
-    def __init__(self, sent: Obj, status: int, content_type: str, text: str, mutating: bool) -> None:
-        assert status == 200, text
-        assert content_type == "application/json"
-        assert "Traceback" not in text
-        body = json.loads(text)
-        self.sent = sent
-        assert (body["apiVersion"], body["kind"]) == (sent["apiVersion"], sent["kind"])
-        response = body["response"]
-        assert response["uid"] == sent["request"]["uid"]
-        assert isinstance(response["allowed"], bool)
-        if mutating:
-            assert ("patch" in response) == ("patchType" in response), response
-        else:
-            assert "patch" not in response and "patchType" not in response, "validating webhook may not patch"
-        self.ops: list[Obj] = []
-        if "patch" in response:
-            assert response["patchType"] == "JSONPatch"
-            self.ops = json.loads(base64.b64decode(response["patch"], validate=True))
-            assert isinstance(self.ops, list) and self.ops, "an empty patch is sent as no patch"
-        for warning in response.get("warnings", ()):
-            assert isinstance(warning, str) and 0 < len(warning) <= 256
-        if not response["allowed"]:
-            assert response["status"]["message"] and response["status"]["code"] in (400, 403, 503)
-        self.response = response
-
-    @property
-    def allowed(self) -> bool:
-        return bool(self.response["allowed"])
-
-    @property
-    def warnings(self) -> list[str]:
-        return list(self.response.get("warnings", []))
-
-    @property
-    def warning_text(self) -> str:
-        """The warnings read as one text (each is whole: a message over 256 runes comes in its clauses)."""
-        return " ".join(self.warnings)
-
-    @property
-    def message(self) -> str:
-        return str(self.response.get("status", {}).get("message", ""))
-
-    @property
-    def code(self) -> int:
-        return int(self.response.get("status", {}).get("code", 0))
-
-    @property
-    def pod(self) -> Obj:
-        """The object after the patch, applied with `jsonpatch` to exactly what was sent."""
-        return jsonpatch.apply_patch(self.sent["request"]["object"], self.ops)  # type: ignore[no-any-return]
 
 
-@dataclass
-class Webhook:
-    """Our webhook app over TLS, and the calls kube-apiserver makes."""
-
-    served: Served
-    session: aiohttp.ClientSession
-
-    async def raw(self, path: str, body: bytes, content_type: str | None = "application/json",
-                  query: str = "?timeout=10s") -> tuple[int, str, str]:
-        headers = {"Content-Type": content_type} if content_type else {}
-        async with self.session.post(self.served.url + path + query, data=body, headers=headers,
-                                     **self.served.request_kwargs()) as resp:  # type: ignore[arg-type]
-            return resp.status, resp.content_type, await resp.text()
-
-    async def call(self, path: str, sent: Obj, timeout: str = "10s") -> Answer:
-        status, ctype, text = await self.raw(path, json.dumps(sent).encode(), query=f"?timeout={timeout}")
-        return Answer(sent, status, ctype, text, mutating=path == "/mutate")
-
-    async def mutate(self, sent: Obj, timeout: str = "10s") -> Answer:
-        return await self.call("/mutate", sent, timeout)
-
-    async def validate(self, sent: Obj, timeout: str = "10s") -> Answer:
-        return await self.call("/validate", sent, timeout)
-
-    async def still_serving(self) -> None:
-        answer = await self.mutate(review("ar-pod-kserve-rs.json"))
-        assert answer.pod["metadata"]["annotations"][TYPE] == "nri-balloons"
 
 
-MakeWebhook = Callable[..., Any]
 
 
-def objects_without(objects: list[Obj], kind: str) -> list[Obj]:
-    return [o for o in objects if o.get("kind") != kind]
 
 
-@pytest.fixture
-async def make_webhook(tmp_path: Path) -> AsyncIterator[MakeWebhook]:
-    async with AsyncExitStack() as stack:
-        count = 0
-
-        async def make(objects: list[Obj] | None = None, settings: Settings | None = None) -> Webhook:
-            nonlocal count
-            count += 1
-            settings = settings or Settings()
-            objects = load_objects(demo_text()) if objects is None else objects
-            runtime = Runtime(settings, ClusterState.from_objects(objects, settings))
-            served = await stack.enter_async_context(serving(runtime, "webhook", tmp_path / f"srv{count}"))
-            session = await stack.enter_async_context(aiohttp.ClientSession())
-            return Webhook(served, session)
-
-        yield make
 
 
-@pytest.fixture
-async def wh(make_webhook: MakeWebhook) -> Webhook:
-    return await make_webhook()  # type: ignore[no-any-return]
 
 
 # ------------------------------------------------------------------------------------- the kubelet side
@@ -762,8 +650,6 @@ def test_a_patch_that_touches_what_replicas_differ_in_is_not_reused() -> None:
 # ------------------------------------------------------------------------------------- logs and metrics
 
 
-def decisions(**labels: str) -> float:
-    return REGISTRY.get_sample_value("model_placement_admission_decisions_total", labels) or 0.0
 
 
 async def test_one_log_line_and_one_count_per_decision(make_webhook: MakeWebhook, demo_objects: list[Obj],
@@ -879,7 +765,7 @@ def requirement(draw: st.DrawFn) -> Obj:
                                              "feature.node.kubernetes.io/cpu-security.amx.enabled"])),
                 "operator": op}
     if op in ("In", "NotIn"):
-        req["values"] = draw(st.lists(st.sampled_from(NODE_NAMES + ["true", "false"]), min_size=1, max_size=3))
+        req["values"] = draw(st.lists(st.sampled_from([*NODE_NAMES, "true", "false"]), min_size=1, max_size=3))
     return req
 
 
@@ -909,7 +795,7 @@ def affinity(draw: st.DrawFn) -> Any:
 @st.composite
 def model_pods(draw: st.DrawFn) -> tuple[Obj, str]:
     names = draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))
-    model = draw(st.sampled_from(names + ["main", "kserve-container"]))
+    model = draw(st.sampled_from([*names, "main", "kserve-container"]))
     if model not in names:
         names = [model, *names[1:]]
     containers = []

@@ -11,21 +11,31 @@ import copy
 import json
 import logging
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from placement.balloons import node_balloons_policy
 from placement.cluster import ClusterState
 from placement.config import Settings, load_settings
-from placement.topology import linux_layout
-from placement.ledger import PLACEMENT, Placed
-from tests.conftest import fixture_json
-from tests.test_webhook_mutate import (  # noqa: F401 - make_webhook and wh are fixtures, used by name
-    AMX, BALLOON, CPUS, TP, TYPE, Answer, MakeWebhook, Obj, Webhook, decisions, make_webhook, objects_without,
-    review, wh,
+from tests.support.payloads import fixture_json
+from tests.support.webhook import (
+    TP,
+    Answer,
+    MakeWebhook,
+    Obj,
+    Webhook,
+    admitted,
+    balloons_policy,
+    decisions,
+    json_paths,
+    node,
+    objects_without,
+    refused,
+    review,
+    running,
 )
 from webhook.review import WARNING_MAX, WARNINGS_TOTAL, ReviewError, parse_review, render_warnings
 from webhook.routes import TIMINGS, Context, mutate_review, validate_review
@@ -34,16 +44,6 @@ MESSAGE = "cpu-policy.model-manager.io/message"
 DEMO_ELIGIBLE = "the 6 eligible nodes"  # the AMX nodes: all but cpu-icx
 
 
-async def admitted(wh: Webhook, sent: Obj, timeout: str = "10s") -> Answer:
-    """What the validating webhook sees of a pod CREATE: the mutated pod, with its generated name."""
-    mutated = await wh.mutate(sent)
-    pod = mutated.pod
-    meta = pod["metadata"]
-    if not meta.get("name") and meta.get("generateName"):
-        meta["name"] = meta["generateName"] + "x7k2p"
-    request = copy.deepcopy(sent["request"])
-    request.update(uid=request["uid"] + "-validate", name=meta["name"], object=pod)
-    return await wh.validate({**sent, "request": request}, timeout)
 
 
 def kserve(uid: str = "", cpu: str | None = None, **annotations: str) -> Obj:
@@ -56,11 +56,6 @@ def kserve(uid: str = "", cpu: str | None = None, **annotations: str) -> Obj:
     return sent
 
 
-def refused(answer: Answer, *phrases: str) -> str:
-    assert answer.allowed is False and answer.code == 403, answer.response
-    for phrase in phrases:
-        assert phrase in answer.message, (phrase, answer.message)
-    return answer.message
 
 
 def workload(name: str, replicas: int | None = None, uid: str | None = None, cpu: str | None = None,
@@ -80,39 +75,10 @@ def workload(name: str, replicas: int | None = None, uid: str | None = None, cpu
 # ------------------------------------------------------------------------------------- small clusters
 
 
-def node(name: str, numa: int = 2, cores: int = 32) -> Obj:
-    """A Xeon node described by NFD labels: `numa` NUMA nodes of `cores` cores × 2 threads, AMX."""
-    cpus = str(numa * cores * 2)
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {
-                "kubernetes.io/hostname": name, AMX["key"]: "true",
-                "feature.node.kubernetes.io/cpu-hardware_multithreading": "true",
-                "feature.node.kubernetes.io/memory-numa.node_count": str(numa)}},
-            "spec": {}, "status": {"capacity": {"cpu": cpus}, "allocatable": {"cpu": cpus}}}
 
 
-def balloons_policy(*nodes: str) -> Obj:
-    """The default BalloonsPolicy `balloons-policy` writes for a 2-NUMA node of 32 cores × 2 threads: 12 reserved
-    CPUs (3 cores per NUMA node), per-NUMA types and TP 1/2 composites."""
-    policy = node_balloons_policy("solo", linux_layout([32, 32], 2, "labels"), Settings(), "kube-system")
-    policy["metadata"]["name"] = "default"
-    policy["status"] = {"nodes": {n: {"status": "Success", "generation": 1} for n in nodes}}
-    return policy
 
 
-def running(name: str, on: str, model: str, cpus: int, created: str = "2026-11-30T09:00:00Z", numa: int = 0) -> Obj:
-    """A model pod already pinned by us and running on `on`, on NUMA node `numa` (where our /bind recorded it)."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}", "creationTimestamp": created,
-                         "labels": {"model-manager.io/model": model},
-                         "annotations": {TYPE: "nri-balloons", TP: "1", CPUS: str(cpus * 2),
-                                         "cpu-policy.model-manager.io/requested-cpu": str(cpus),
-                                         BALLOON + "main": "vllm-balloon-tp1",
-                                         PLACEMENT: Placed(on, ((numa, cpus),), ("vllm-balloon-tp1",)).annotation()}},
-            "spec": {"nodeName": on, "containers": [{"name": "main", "resources": {
-                "requests": {"cpu": str(cpus * 2), "memory": "64Gi"},
-                "limits": {"cpu": str(cpus * 2), "memory": "64Gi"}}}]},
-            "status": {"phase": "Running"}}
 
 
 def model_pod(model: str, cpus: int, name: str | None = None) -> Obj:
@@ -214,6 +180,15 @@ async def test_absurd_resources_are_refused_with_the_core_message(wh: Webhook, c
     refused(await admitted(wh, kserve(f"cpu-{cpu}-v", cpu=cpu)), phrase)
 
 
+async def test_absurd_memory_is_refused_not_a_crash(wh: Webhook) -> None:
+    """A memory quantity past int64 (the fuzzer sent 1e400) once crashed the refusal's own text."""
+    for phrase, memory in (("memory '1e400' is larger than any node", "1e400"), ("memory '-1Gi' is negative", "-1Gi")):
+        sent = kserve(f"mem-{memory}", cpu="16")
+        sent["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = memory
+        sent["request"]["object"]["spec"]["containers"][0]["resources"]["requests"]["memory"] = memory
+        refused(await admitted(wh, sent), phrase)
+
+
 # ------------------------------------------------------------------------------------- modes
 
 
@@ -225,9 +200,9 @@ async def test_warn_mode_admits_with_the_refusal_as_warnings(make_webhook: MakeW
                          (by_annotation, kserve("warn-ann", **tp8, **{"model-manager.io/preflight": "warn"}))):
         answer = await admitted(server, sent)
         assert answer.allowed and "status" not in answer.response
-        assert answer.warning_text == (f"TP=8 needs a node with at least 8 NUMA nodes, one per rank; {DEMO_ELIGIBLE} have at most 4 "
-                                       "(cpu-a1, cpu-a2, cpu-b1, cpu-full, …). Use tensor-parallel-size 4, or add a "
-                                       "node with ≥8 NUMA nodes.")
+        assert answer.warning_text == (f"TP=8 needs a node with at least 8 NUMA nodes, one per rank; {DEMO_ELIGIBLE} "
+                                       "have at most 4 (cpu-a1, cpu-a2, cpu-b1, cpu-full, …). "
+                                       "Use tensor-parallel-size 4, or add a node with ≥8 NUMA nodes.")
         assert answer.warnings == [answer.warning_text]  # one warning, whole: kubectl prints one line
     # Enforce stays the default for everyone else.
     assert not (await admitted(by_annotation, kserve("enforce", **tp8))).allowed
@@ -621,12 +596,6 @@ ODD_JSON = st.recursive(
     max_leaves=6)
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    if prefix:
-        yield prefix
-    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, child in children:
-        yield from _paths(child, (*prefix, key))
 
 
 @hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -637,7 +606,7 @@ def test_fuzzed_real_payloads_always_get_a_well_formed_answer(data: st.DataObjec
     """Real payloads with random fields replaced or deleted: both webhooks answer in the wire format (or
     the envelope is refused as a 400), a patch always applies, and the core never crashes."""
     body = review(data.draw(st.sampled_from(FIXTURES)))
-    places = list(_paths(body))
+    places = list(json_paths(body))
     for _ in range(data.draw(st.integers(1, 4))):
         *parents, last = data.draw(st.sampled_from(places))
         here: Any = body

@@ -162,7 +162,7 @@ class _Quantities:
     """requests / limits: quantity strings (or numbers, which Quantity also accepts)."""
 
 
-class _Struct(dict):  # type: ignore[type-arg]
+class _Struct(dict[str, Any]):
     """An object Go holds by value (ObjectMeta, PodSpec, ResourceRequirements…): never null on the wire.
     A plain dict in a shape is a pointer (Affinity, NodeAffinity…), which may be null."""
 

@@ -46,8 +46,18 @@ from server.app import ADMISSION_BODY_LIMIT, RUNTIME, BadRequest, json_response,
 from webhook.patch import PatchError, checked_patch
 from webhook.policy import BALLOONS_POLICY, judge_policy
 from webhook.review import (
-    DEFAULT_TIMEOUT, LLMISVC_SHAPE, POD_SHAPE, WORKLOAD_SHAPE, Review, ReviewError, allow, cost_problem, deny,
-    parse_review, parse_timeout, shape_problem,
+    DEFAULT_TIMEOUT,
+    LLMISVC_SHAPE,
+    POD_SHAPE,
+    WORKLOAD_SHAPE,
+    Review,
+    ReviewError,
+    allow,
+    cost_problem,
+    deny,
+    parse_review,
+    parse_timeout,
+    shape_problem,
 )
 
 log = logging.getLogger("model_placement.webhook")
@@ -312,7 +322,7 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
     try:
         mutation = mutate_pod(pod, ctx.cluster, review.namespace)
         waiting = waiting_reason(mutation, ctx.cluster, review.namespace)
-    except Exception as exc:  # noqa: BLE001 - the mutating webhook must never fail a pod creation
+    except Exception as exc:
         log.exception("mutation failed", extra={"verb": "mutate", "pod": name, "uid": uid})
         text = f"model-placement could not compute the pinning for {name} ({type(exc).__name__}); admitted unchanged"
         return Outcome(allow(uid, [text]), "degraded", "internal-error", pod=name, message=text)
@@ -379,7 +389,7 @@ def validate_review(review: Review, ctx: Context) -> Outcome:
     started = time.monotonic()
     try:
         decision = validate(subject, ctx.cluster, require_mutated=True, update=review.operation == "UPDATE")
-    except Exception as exc:  # noqa: BLE001 - answer, log, and let the failure policy logic decide
+    except Exception as exc:
         log.exception("pre-flight failed", extra={"verb": "validate", "pod": label, "uid": uid})
         return _unreadable(uid, obj, label, f"pre-flight failed ({type(exc).__name__})", ctx)
     finally:

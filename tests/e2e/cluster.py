@@ -77,7 +77,7 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float = 60, every: 
             last = check()
         except AssertionError:
             raise  # a check's own verdict that waiting cannot change (a process exited)
-        except Exception as exc:  # noqa: BLE001 - what the check raised is the reason it is not there yet
+        except Exception as exc:
             last = exc
         else:
             if last:

@@ -8,9 +8,9 @@ import pytest
 from placement.cluster import ClusterState
 from placement.demand import read_model_pod
 from placement.mutation import mutate_pod
+from tests.oracle.kubelet import peer_pod
 from tests.oracle.peer import BalloonsPeer
 from tests.oracle.sysfs import NodeShape
-from tests.oracle.kubelet import peer_pod
 from tests.oracle.test_differential import NODE, SETTINGS, Group, model_pod, node_objects, policy_spec
 
 SNC2 = Group(seed=3, shape=NodeShape(packages=2, numa_per_package=2, cores_per_numa=24), policy="generated")

@@ -9,14 +9,22 @@ from typing import Any
 
 import pytest
 
-from placement.balloons import node_balloons_policy
+from placement.balloons import model_balloon_types, node_balloons_policy
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.policycheck import (
-    COMPONENT_MISSING, MIN_BALLOONS_DO_NOT_FIT, NUMA_DEVICE_MISSING, PLUGIN_REFUSES, RESERVED_NOT_ON_NODE,
-    RESERVES_HELD_CORES, SPAN_BELOW_TP, SPAN_EXCEEDS_NUMA, IGNORED_SETTING, PolicyCheck, check_policy,
+    COMPONENT_MISSING,
+    IGNORED_SETTING,
+    MIN_BALLOONS_DO_NOT_FIT,
+    NUMA_DEVICE_MISSING,
+    PLUGIN_REFUSES,
+    RESERVED_NOT_ON_NODE,
+    RESERVES_HELD_CORES,
+    SPAN_BELOW_TP,
+    SPAN_EXCEEDS_NUMA,
+    PolicyCheck,
+    check_policy,
 )
-from placement.balloons import model_balloon_types
 from placement.topology import linux_layout
 from tests.oracle.peer import BALLOON_KEY, BalloonsPeer, Container, Pod, PolicyRefused, policy_object
 from tests.oracle.sysfs import NodeShape

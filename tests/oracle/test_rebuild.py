@@ -18,7 +18,13 @@ from tests.oracle.kubelet import peer_pod, run_pod
 from tests.oracle.peer import BalloonsPeer
 from tests.oracle.sysfs import NodeShape
 from tests.oracle.test_differential import (
-    NODE, SETTINGS, Group, cores_by_numa, exported_nrt, node_objects, policy_spec,
+    NODE,
+    SETTINGS,
+    Group,
+    cores_by_numa,
+    exported_nrt,
+    node_objects,
+    policy_spec,
 )
 
 SHAPE = NodeShape(packages=1, numa_per_package=4, cores_per_numa=16, threads_per_core=2)
@@ -108,7 +114,7 @@ def test_a_rebuilt_ledger_holds_each_pod_where_the_plugin_put_it_and_admits_noth
             fresh = read_model_pod(pod, SETTINGS)
             assert fresh is not None
             assert replayed.assume(f"replay-{name}", "models", name, fresh, NODE).ok
-        assert dict(replayed.ledger(NODE).holdings[f"replay-b"].per_numa) != where["b"]  # type: ignore[union-attr]
+        assert dict(replayed.ledger(NODE).holdings["replay-b"].per_numa) != where["b"]  # type: ignore[union-attr]
 
         rebuilt = node.rebuilt()
         assert held(rebuilt) == {name: where[name] for name in ("b", "c", "t")}

@@ -26,7 +26,8 @@ class BuildError(RuntimeError):
 
 def cache_root() -> Path:
     explicit = os.environ.get("MODEL_PLACEMENT_PEERS_CACHE")
-    base = Path(explicit) if explicit else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "model-placement" / "peers"
+    xdg_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    base = Path(explicit) if explicit else xdg_cache / "model-placement" / "peers"
     base.mkdir(parents=True, exist_ok=True)
     return base
 
@@ -60,7 +61,8 @@ def build(name: str, package: str = ".", timeout: float = 1800) -> Path:
         if binary.exists():
             return binary
         print(f"building peer {name} into {target} (first use on this machine)", file=sys.stderr, flush=True)
-        env = {**os.environ, "CGO_ENABLED": os.environ.get("CGO_ENABLED", "0"), "GOFLAGS": "-mod=readonly -buildvcs=false"}
+        env = {**os.environ, "CGO_ENABLED": os.environ.get("CGO_ENABLED", "0"),
+               "GOFLAGS": "-mod=readonly -buildvcs=false"}
         partial = binary.with_suffix(".partial")
         ldflags = module / LDFLAGS
         extra = [f"-ldflags={ldflags.read_text().strip()}"] if ldflags.exists() else []

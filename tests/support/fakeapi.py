@@ -30,9 +30,11 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 from aiohttp import web
 
 
@@ -937,3 +939,14 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def kubeconfig(tmp_path: Path, url: str) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "ops", "user": {"token": "not-a-secret"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "ops"}}],
+    }))
+    return path
