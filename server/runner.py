@@ -15,6 +15,7 @@ from placement.cluster import ClusterState
 from placement.config import Settings
 from server import metrics
 from server.app import ADMISSION_BODY_LIMIT, EXTENDER_BODY_LIMIT, Runtime, base_app, serve
+from server.inputs import InputError
 
 log = logging.getLogger("model_placement.server")
 
@@ -100,8 +101,7 @@ async def run(args: argparse.Namespace, settings: Settings, stop: asyncio.Event 
                         extra={"reason": f"--insecure-http with --host {args.host}"})
     else:
         if not (args.tls_cert and args.tls_key):
-            log.error("TLS is required: give --tls-cert and --tls-key (or --insecure-http for plain HTTP)")
-            return 2
+            raise InputError("TLS is required: give --tls-cert and --tls-key (or --insecure-http for plain HTTP)")
         from certs import server_ssl_context
 
         tls = server_ssl_context(args.tls_cert, args.tls_key, args.client_ca, interval=args.cert_check_seconds)

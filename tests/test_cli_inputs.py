@@ -178,7 +178,9 @@ def test_mismatched_pair(tmp_path: Path) -> None:
 
 
 def test_tls_required(tmp_path: Path) -> None:
-    refused(serve(), "TLS is required: give --tls-cert and --tls-key (or --insecure-http for plain HTTP)")
+    out = serve()
+    refused(out, "TLS is required: give --tls-cert and --tls-key (or --insecure-http for plain HTTP)")
+    assert out.stderr.startswith("model-placement: TLS is required"), out.stderr  # the CLI's sentence, no JSON
 
 
 def test_port_in_use() -> None:
