@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
 import yaml
@@ -158,3 +159,16 @@ def test_model_pod_that_fits_nowhere_now_stays_pending_with_a_readable_reason(cl
     message = events[0]["message"]
     assert "wait for free cores or lower cpu; `model-placement explain llm/qwen-14b` lists every node" in message
     assert "vllm-numa-" not in message and "vllm-numa-" not in cond["message"], message
+    # One event per scheduling attempt: as many FailedScheduling events (a series counts each) as kube-scheduler
+    # logged attempts that found no fit (the nodes still being added as the test starts can cause a second one).
+    def attempts() -> int:
+        log = (cluster.logs / "kube-scheduler.log").read_text()
+        return sum(1 for line in log.splitlines() if "Unable to schedule pod" in line and 'pod="llm/qwen-14b"' in line)
+
+    time.sleep(2)  # the last attempt's event written
+    before = attempts()
+    events = [e for e in cluster.kubectl_json("-n", MODEL_NS, "get", "events",
+                                              "--field-selector", "involvedObject.name=qwen-14b")["items"]
+              if e["reason"] == "FailedScheduling"]
+    reported = sum((e.get("series") or {}).get("count") or e.get("count") or 1 for e in events)
+    assert 1 <= before <= reported <= attempts(), (before, reported, events)
