@@ -61,6 +61,7 @@ def vnodes(cluster: Cluster) -> Iterator[dict[str, VirtualNode]]:
     try:
         yield {v.name: v for v in fleet}
     finally:
+        FIGURES["plugin_restarts"] = {v.name: v.refusals for v in fleet if v.refusals}
         FIGURES["plugin_rss_mib"] = {v.name: round(v.rss_bytes() / 2**20, 1) for v in fleet if v.peer and v.peer.proc.poll() is None}
         print("vnode figures:", json.dumps(FIGURES))
         (cluster.root / "vnode-figures.json").write_text(json.dumps(FIGURES, indent=2))
@@ -164,11 +165,12 @@ def test_model_pods_applied_with_kubectl_run_pinned_one_numa_node_per_rank_as_th
         assert {h["numa"]: h["cores"] for h in holding} == {n: len(c) for n, c in per_numa.items()}, (key, holding)
         assert not any("problem" in h for h in holding), holding
 
-    # The agent's own work: each node's NodeResourceTopology holds the plugin's balloons, and every policy in
-    # force reports each of its nodes as applied.
+    # The agent's own work: each node's NodeResourceTopology holds the plugin's balloons (the model pods' ones
+    # seen above), and every policy in force reports each of its nodes as applied.
     for name in vnodes:
         nrt = cluster.kubectl_json("get", "noderesourcetopologies.topology.node.k8s.io", name)
-        assert any(z["type"] == "balloon" and z["name"].startswith("vllm-") for z in nrt["zones"]), nrt["zones"]
+        assert any(z["type"] == "balloon" and z["name"] == "reserved[0]" for z in nrt["zones"]), nrt["zones"]
+        FIGURES.setdefault("nrt_writers", {})[name] = sorted({f["manager"] for f in nrt["metadata"]["managedFields"]})
     statuses = {n: s["status"] for p in cluster.kubectl_json("-n", "kube-system", "get", "balloonspolicies")["items"]
                 for n, s in (p.get("status", {}).get("nodes") or {}).items() if n in vnodes}
     assert statuses == dict.fromkeys(vnodes, "Success"), statuses

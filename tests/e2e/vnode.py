@@ -40,7 +40,7 @@ import urllib3
 
 from tests.e2e.cluster import Api, Cluster
 from tests.oracle.kubelet import peer_pod, run_pod
-from tests.oracle.peer import BalloonsPeer, nri_plugins_dir
+from tests.oracle.peer import BalloonsPeer, PolicyRefused, nri_plugins_dir
 from tests.oracle.sysfs import NodeShape
 from tests.peers.build import build
 
@@ -49,6 +49,7 @@ PLUGIN_ACCOUNT = "nri-resource-policy-balloons"  # the chart's ServiceAccount fo
 CHART = "deployment/helm/balloons"
 RBAC_TEMPLATES = ("serviceaccount", "clusterrole", "clusterrolebinding", "role", "rolebindings")
 WATCH_SECONDS = 300
+RESTARTS = 5
 
 
 def install_plugin_rbac(cluster: Cluster) -> Path:
@@ -118,6 +119,7 @@ class VirtualNode:
         self.peer: BalloonsPeer | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.refusals: list[str] = []  # why the plugin exited at start, one per restart
         self.errors: list[str] = []  # what went wrong in the kubelet thread, for a test to show
 
     # -- life -------------------------------------------------------------------------------------------
@@ -129,11 +131,22 @@ class VirtualNode:
                       content_type="application/strategic-merge-patch+json")
         self.record_path.parent.mkdir(parents=True, exist_ok=True)
         self._write()
-        self.peer = BalloonsPeer(self.shape, node=self.name, kubeconfig=kubeconfig,
-                                 log=self.cluster.logs / f"vnode-{self.name}.log")
+        self.peer = self._plugin(kubeconfig)
         self._thread = threading.Thread(target=self._kubelet, name=f"kubelet-{self.name}", daemon=True)
         self._thread.start()
         return self
+
+    def _plugin(self, kubeconfig: Path) -> BalloonsPeer:
+        """The plugin, restarted as its DaemonSet's kubelet would when it exits refusing a policy: its agent may
+        hand it the `default` (or group) policy before the node's own, whose events race in its select, and the
+        plugin exits on a first policy that does not fit the node's CPUs."""
+        for attempt in range(RESTARTS + 1):
+            try:
+                return BalloonsPeer(self.shape, node=self.name, kubeconfig=kubeconfig,
+                                    log=self.cluster.logs / f"vnode-{self.name}.{attempt}.log")
+            except PolicyRefused as refused:
+                self.refusals.append(str(refused))
+        raise PolicyRefused(f"{self.name}: the plugin refused its policy {RESTARTS + 1} times: {self.refusals}")
 
     def stop(self) -> None:
         self._stop.set()
