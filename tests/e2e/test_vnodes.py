@@ -156,19 +156,26 @@ def test_model_pods_applied_with_kubectl_run_pinned_one_numa_node_per_rank_as_th
         assert not _core_of(shape, cpus) & others, (key, node, "shares a core")
 
         # Observed placement: the extender's ledger holds the pod where the plugin's exported balloons say.
+        seen: list[Any] = []
+
         def held() -> list[dict[str, Any]] | None:
-            got = [{"numa": n["numa"], **h} for n in debug_node(cluster, node)["numa"] for h in n["held"]
-                   if h["pod"] == key]
+            ledger = debug_node(cluster, node)
+            got = [{"numa": n["numa"], **h} for n in ledger["numa"] for h in n["held"] if h["pod"] == key]
+            seen[:] = [got or ledger]
             return got if got and all(h["observed"] for h in got) else None
 
-        holding = wait_until(f"{key} observed in the extender's ledger", held, timeout=30)
+        try:
+            holding = wait_until(f"{key} observed in the extender's ledger", held, timeout=30)
+        except AssertionError as late:
+            raise AssertionError(f"{late}; the ledger last held {seen}; the plugin's NRT: "
+                                 f"{cluster.kubectl_json('get', 'noderesourcetopologies', node)['zones']}") from None
         assert {h["numa"]: h["cores"] for h in holding} == {n: len(c) for n, c in per_numa.items()}, (key, holding)
         assert not any("problem" in h for h in holding), holding
 
     # The agent's own work: each node's NodeResourceTopology holds the plugin's balloons (the model pods' ones
     # seen above), and every policy in force reports each of its nodes as applied.
     for name in vnodes:
-        nrt = cluster.kubectl_json("get", "noderesourcetopologies.topology.node.k8s.io", name)
+        nrt = cluster.api.get(f"/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/{name}")
         assert any(z["type"] == "balloon" and z["name"] == "reserved[0]" for z in nrt["zones"]), nrt["zones"]
         FIGURES.setdefault("nrt_writers", {})[name] = sorted({f["manager"] for f in nrt["metadata"]["managedFields"]})
     statuses = {n: s["status"] for p in cluster.kubectl_json("-n", "kube-system", "get", "balloonspolicies")["items"]
