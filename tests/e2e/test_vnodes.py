@@ -189,21 +189,44 @@ def test_model_pods_applied_with_kubectl_run_pinned_one_numa_node_per_rank_as_th
             assert f"{MODEL_NS}/{pod['metadata']['name']}" not in vnodes[pod["spec"]["nodeName"]].record()["pods"]
 
 
-def test_a_pod_the_plugin_refuses_is_failed_with_its_error_in_an_event(cluster: Cluster,
-                                                                      vnodes: dict[str, VirtualNode]) -> None:
+def test_a_pod_the_plugin_refuses_waits_in_create_container_error_and_runs_once_fixed(
+        cluster: Cluster, vnodes: dict[str, VirtualNode]) -> None:
     """A pod put on a node by hand (no scheduler, no webhook) naming a balloon type the node's policy lacks: the
-    plugin fails its container, and the user sees the pod Failed, the plugin's words in its status and a Warning."""
-    pod = model_pod("vn-unknown-type", PLACED_NS, tp=1, cpu="4", node_name="vn-xeon2",
+    user sees what kubelet v1.35 shows for a refused CreateContainer (Pending, the container waiting in
+    CreateContainerError with the plugin's words, a Warning event `Failed`), the kubelet stand-in tries again after
+    its back-off, and once the annotation names a type the policy has, the pod runs."""
+    name, key = "vn-unknown-type", f"{PLACED_NS}/vn-unknown-type"
+    pod = model_pod(name, PLACED_NS, tp=1, cpu="4", node_name="vn-xeon2",
                     annotations={f"{BALLOON_KEY}/container.main": "no-such-balloon"})
     pod["spec"]["tolerations"] = [{**TAINT, "operator": "Equal"}]
     pod["metadata"]["labels"][MARK] = "true"
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
-    failed = wait_until("the pod Failed", lambda: (p := cluster.api.get(
-        f"/api/v1/namespaces/{PLACED_NS}/pods/vn-unknown-type"))["status"].get("phase") == "Failed" and p, timeout=30)
-    assert "no-such-balloon" in failed["status"]["message"], failed["status"]
+
+    def waiting() -> dict[str, Any] | None:
+        got = cluster.api.get(f"/api/v1/namespaces/{PLACED_NS}/pods/{name}")
+        states = [c["state"] for c in got["status"].get("containerStatuses") or ()]
+        return got if states and "waiting" in states[0] else None
+
+    refused = wait_until("the container waiting", waiting, timeout=30)["status"]
+    assert refused["phase"] == "Pending", refused
+    state = refused["containerStatuses"][0]["state"]["waiting"]
+    assert state["reason"] == "CreateContainerError" and "no-such-balloon" in state["message"], state
+    assert not state["message"].startswith("rpc error"), state  # the kubelet shows the status's message
+    shown = cluster.kubectl("-n", PLACED_NS, "get", "pod", name, "--no-headers").stdout
+    assert "CreateContainerError" in shown, shown
     events = cluster.kubectl_json("-n", PLACED_NS, "get", "events", "--field-selector",
-                                  "involvedObject.name=vn-unknown-type,type=Warning")["items"]
-    assert [e for e in events if e["reason"] == "Failed" and "no-such-balloon" in e["message"]], events
-    # Nothing of it stays on the node.
-    recorded = vnodes["vn-xeon2"].record()["pods"][f"{PLACED_NS}/vn-unknown-type"]
-    assert recorded["phase"] == "Failed" and not recorded["containers"], recorded
+                                  f"involvedObject.name={name},type=Warning")["items"]
+    assert [e for e in events if e["reason"] == "Failed" and e["message"].startswith("Error: ")
+            and "no-such-balloon" in e["message"]], events
+    recorded = vnodes["vn-xeon2"].record()["pods"][key]
+    assert recorded["phase"] == "Pending" and not recorded["containers"], recorded  # nothing of it on the node
+
+    wait_until("a second attempt after the back-off", lambda: vnodes["vn-xeon2"].record()["pods"][key]["attempts"] >= 2,
+               timeout=30, every=0.5)
+    cluster.kubectl("-n", PLACED_NS, "annotate", "pod", name, "--overwrite",
+                    f"{BALLOON_KEY}/container.main=vllm-balloon-tp1")
+    running = wait_until("the pod Running once fixed", lambda: (p := cluster.api.get(
+        f"/api/v1/namespaces/{PLACED_NS}/pods/{name}"))["status"].get("phase") == "Running" and p, timeout=30)
+    assert running["status"]["containerStatuses"][0]["state"].get("running"), running["status"]
+    placed = vnodes["vn-xeon2"].record()["pods"][key]
+    assert placed["phase"] == "Running" and placed["attempts"] >= 3 and placed["containers"]["main"]["cpuset"], placed

@@ -9,16 +9,19 @@ nri-plugins Helm chart gives the plugin (rendered by the real helm, `install_plu
 The kubelet stand-in (one thread per node) registers the Node with the status a kubelet reports, watches the pods
 bound to it (`fieldSelector=spec.nodeName=<node>`) and runs each one on the plugin as the kubelet would
 (`tests/oracle/kubelet.py`: the one pod-to-plugin conversion, init containers to completion, then native sidecars
-and app containers). A pod whose containers all start is set Running with the kubelet's conditions; a container the
-plugin fails makes the pod Failed, with the plugin's error as `status.message` and in a Warning event (reason
-`Failed`, as the kubelet's "Error: ..."), and its other containers are removed. A pod being deleted has its
-containers removed from the plugin and is then deleted for good (grace period 0), as the kubelet's status manager
-finishes a graceful delete. It does what the kubelet does and no more: no restarts, no probes, no network.
+and app containers). A pod whose containers all start is set Running with the kubelet's conditions. A container the
+plugin refuses is what kubelet v1.35's kuberuntime does with a CreateContainer error: a Warning event (reason
+`Failed`, "Error: <the plugin's error>"), the container waiting in `CreateContainerError` with that message, the
+pod Pending, and the pod synced again after its worker's back-off (`backOffPeriod` 10 s, jitter 0.5: 10-15 s);
+unlike the kubelet, the containers that did start are removed too and the whole pod is retried. A pod being
+deleted has its containers removed from the plugin and is then deleted for good (grace period 0), as the kubelet's
+status manager finishes a graceful delete. No restarts, probes or network.
 
 Where each container runs is written after every change to `<cluster root>/vnodes/<node>.json`:
 
     {"node": "vn-0", "shape": {NodeShape fields},
-     "pods": {"<ns>/<pod>": {"uid": "...", "phase": "Running" | "Failed", "message": "<plugin error>" (Failed),
+     "pods": {"<ns>/<pod>": {"uid": "...", "phase": "Running" | "Pending", "attempts": 1,
+                             "message": "<the plugin's error>" (Pending: refused on its last attempt),
                              "containers": {"<container>": {"cpuset": "1-8,65-72", "mems": "0"}}}}}
 
 `containers` are those running now, as the runtime last applied the plugin's pinning (so a re-pin the plugin makes
@@ -29,6 +32,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import subprocess
 import threading
 import time
@@ -50,6 +55,8 @@ CHART = "deployment/helm/balloons"
 RBAC_TEMPLATES = ("serviceaccount", "clusterrole", "clusterrolebinding", "role", "rolebindings")
 WATCH_SECONDS = 300
 RESTARTS = 5
+GRPC_WRAPPER = re.compile(r"^rpc error: code = \w+ desc = ")
+BACKOFF_SECONDS, BACKOFF_JITTER = 10.0, 0.5  # kubelet.go backOffPeriod, pod_workers.go workerBackOffPeriodJitterFactor
 
 
 def install_plugin_rbac(cluster: Cluster) -> Path:
@@ -116,7 +123,10 @@ class VirtualNode:
         self.record_path = cluster.root / "vnodes" / f"{name}.json"
         self.pods: dict[str, dict[str, Any]] = {}  # "ns/name" -> its record entry
         self.running: dict[str, Any] = {}  # "ns/name" -> the PodRun the plugin runs
+        self.retries: dict[str, threading.Timer] = {}  # "ns/name" -> its next sync after a refused container
         self.peer: BalloonsPeer | None = None
+        # The plugin speaks one request at a time; the watch and the back-off timers take turns.
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.refusals: list[str] = []  # why the plugin exited at start, one per restart
@@ -150,6 +160,9 @@ class VirtualNode:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._lock:
+            for timer in self.retries.values():
+                timer.cancel()
         if self.peer is not None:
             self.peer.close()  # also ends a watch read blocked in the thread, on its next event or timeout
         if self._thread is not None:
@@ -180,7 +193,7 @@ class VirtualNode:
                 for key in set(self.running) - seen:  # deleted while we were not watching
                     self._sync({"metadata": dict(zip(("namespace", "name"), key.split("/", 1)))}, deleted=True)
                 self._watch(selector, listed["metadata"]["resourceVersion"])
-            except Exception as exc:  # noqa: BLE001 - a kubelet keeps syncing; the test sees the errors
+            except Exception as exc:
                 if self._stop.is_set():
                     return
                 self.errors.append(f"{type(exc).__name__}: {exc}")
@@ -211,35 +224,70 @@ class VirtualNode:
         return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
     def _sync(self, pod: dict[str, Any], deleted: bool) -> None:
+        with self._lock:
+            self._sync_locked(pod, deleted)
+
+    def _sync_locked(self, pod: dict[str, Any], deleted: bool) -> None:
         key, meta = self._key(pod), pod["metadata"]
         assert self.peer is not None
         if deleted or meta.get("deletionTimestamp"):
+            timer = self.retries.pop(key, None)
+            if timer is not None:
+                timer.cancel()
             if key in self.running:
                 self.peer.remove_pod(self.running.pop(key).pod)
-                self.pods.pop(key, None)
+            if self.pods.pop(key, None) is not None:
                 self._write()
             if not deleted:  # the containers are gone: the kubelet finishes the graceful delete
                 self.api.call("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
                               {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
                                "preconditions": {"uid": meta["uid"]}}, ok=(200, 404, 409))
             return
-        if key in self.running or key in self.pods or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+        if key in self.running or key in self.retries or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             return
+        self._start(pod)
+
+    def _start(self, pod: dict[str, Any]) -> None:
+        key, meta = self._key(pod), pod["metadata"]
+        assert self.peer is not None
         run = peer_pod(pod)
         started = _now()
         results = run_pod(self.peer, run)
-        failed = next(((name, got.error) for name, got in results.items() if not got.ok), None)
-        self.running[key] = run
+        # The kubelet reports the gRPC status's message, without the "rpc error: code = ... desc = " wrapper.
+        failed = next(((name, GRPC_WRAPPER.sub("", got.error or "")) for name, got in results.items() if not got.ok),
+                      None)
+        attempts = self.pods.get(key, {}).get("attempts", 0) + 1
         if failed is None:
-            self.pods[key] = {"uid": meta["uid"], "phase": "Running"}
+            self.running[key] = run
+            self.pods[key] = {"uid": meta["uid"], "phase": "Running", "attempts": attempts}
             self._running(pod, run, started)
         else:
-            # A pod whose container cannot be created does not run: the runtime tears the sandbox down.
-            self.peer.remove_pod(self.running.pop(key).pod)
-            message = f"container {failed[0]}: {failed[1]}"
-            self.pods[key] = {"uid": meta["uid"], "phase": "Failed", "message": message}
-            self._failed(pod, failed[0], failed[1], message)
+            self.peer.remove_pod(run.pod)
+            self.pods[key] = {"uid": meta["uid"], "phase": "Pending", "attempts": attempts, "message": failed[1]}
+            self._refused(pod, failed[0], failed[1])
+            delay = BACKOFF_SECONDS * (1 + BACKOFF_JITTER * random.random())
+            timer = self.retries[key] = threading.Timer(delay, self._retry, (key, meta["uid"]))
+            timer.daemon = True
+            timer.start()
         self._write()
+
+    def _retry(self, key: str, uid: str) -> None:
+        """The pod worker's next sync: the pod as the apiserver has it now, unless it is gone or going."""
+        namespace, name = key.split("/", 1)
+        try:
+            pod = self.api.call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", ok=(200, 404))
+        except Exception as exc:
+            self.errors.append(f"retry of {key}: {type(exc).__name__}: {exc}")
+            pod = None
+        with self._lock:
+            if self._stop.is_set() or self.retries.pop(key, None) is None:
+                return
+            if pod is None or pod.get("kind") == "Status" or pod["metadata"]["uid"] != uid:
+                self._sync_locked({"metadata": {"namespace": namespace, "name": name}}, deleted=True)
+            elif pod["metadata"].get("deletionTimestamp"):
+                self._sync_locked(pod, deleted=False)
+            else:
+                self._start(pod)
 
     def _write(self) -> None:
         placed: dict[str, dict[str, dict[str, str]]] = {}
@@ -275,11 +323,26 @@ class VirtualNode:
                            "hostIPs": [{"ip": "127.0.0.1"}], "startTime": started, "qosClass": run.pod.qos,
                            "containerStatuses": statuses, **({"initContainerStatuses": init} if init else {})})
 
-    def _failed(self, pod: dict[str, Any], container: str, error: str, message: str) -> None:
+    def _refused(self, pod: dict[str, Any], container: str, error: str) -> None:
         meta, now = pod["metadata"], _now()
-        self._status(pod, {"phase": "Failed", "reason": "CreateContainerError", "message": message,
-                           "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed",
-                                           "lastTransitionTime": now}]})
+        spec = pod["spec"]
+        init = [c["name"] for c in spec.get("initContainers") or ()]
+        others = "PodInitializing" if container in init else "ContainerCreating"
+
+        def waiting(names: list[str]) -> list[dict[str, Any]]:
+            return [{"name": n, "image": "", "imageID": "", "ready": False, "started": False, "restartCount": 0,
+                     "state": {"waiting": {"reason": "CreateContainerError", "message": error} if n == container
+                               else {"reason": others}}} for n in names]
+
+        not_ready = [{"type": t, "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now,
+                      "message": f"containers with unready status: [{' '.join(c['name'] for c in spec['containers'])}]"}
+                     for t in ("ContainersReady", "Ready")]
+        self._status(pod, {"phase": "Pending", "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+                           "startTime": now, "qosClass": peer_pod(pod).pod.qos,
+                           "containerStatuses": waiting([c["name"] for c in spec["containers"]]),
+                           **({"initContainerStatuses": waiting(init)} if init else {}),
+                           "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                                          *not_ready]})
         self.api.call("POST", f"/api/v1/namespaces/{meta['namespace']}/events", {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
