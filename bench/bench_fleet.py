@@ -380,7 +380,8 @@ def play_arm(arm: str, fleet: list[VNode], stream: list[dict[str, Any]], rate: f
             cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))
         for ns in (*MODEL_NAMESPACES, "monitoring"):
             cluster.create_namespace(ns, enabled=ns in MODEL_NAMESPACES)
-        vnodes = start_fleet(cluster, [(n.name, n.shape, n.labels) for n in fleet])
+        vnodes = start_fleet(cluster, [(n.name, n.shape, n.labels) for n in fleet],
+                             on_record=lambda record: observer.judge({record["node"]: record}))
         cluster.start_scheduler("default-scheduler", stock_scheduler)
         if arm == "ours":
             cluster.start_model_placement("webhook")
@@ -403,8 +404,6 @@ def play_arm(arm: str, fleet: list[VNode], stream: list[dict[str, Any]], rate: f
             due = ready_at + i / rate
             time.sleep(max(0.0, due - time.monotonic()))
             apply(cluster, arm, event, state, observer, refused, deploys, pods_ns)
-            if i % 50 == 0:
-                observer.judge(records(vnodes))
         stream_seconds = time.monotonic() - ready_at
         settle(observer, vnodes)
         recs = records(vnodes)
@@ -465,7 +464,6 @@ def settle(observer: Observer, vnodes: list[VirtualNode], quiet: float = 15, lim
     last, since, start = state(), time.monotonic(), time.monotonic()
     while time.monotonic() - since < quiet and time.monotonic() - start < limit:
         time.sleep(1)
-        observer.judge(records(vnodes))
         now = state()
         if now != last:
             last, since = now, time.monotonic()
@@ -484,6 +482,7 @@ def summarize(arm: str, observer: Observer, recs: dict[str, dict[str, Any]], res
         "failed": sum(1 for f in models if f.failed is not None),
         "spread": verdicts["spread"], "shared": sum(1 for f in models if f.ever_shared),
         "memory_off_numa": verdicts["memory"], "local": verdicts["local"],
+        "unjudged": sum(1 for f in models if f.running is not None and f.verdict is None),
         "pending_at_end": len(pending),
         "p50": statistics.median(waits) if waits else None,
         "p99": waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else None,

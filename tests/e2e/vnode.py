@@ -22,10 +22,11 @@ Where each container runs is written after every change to `<cluster root>/vnode
     {"node": "vn-0", "shape": {NodeShape fields},
      "pods": {"<ns>/<pod>": {"uid": "...", "phase": "Running" | "Pending", "attempts": 1,
                              "message": "<the plugin's error>" (Pending: refused on its last attempt),
-                             "containers": {"<container>": {"cpuset": "1-8,65-72", "mems": "0"}}}}}
+                             "containers": {"<container>": {"cpuset": "1,2,3,65,66,67", "mems": "0"}}}}}
 
 `containers` are those running now, as the runtime last applied the plugin's pinning (so a re-pin the plugin makes
-while another pod starts shows too); a removed pod leaves the file.
+while another pod starts shows too); a removed pod leaves the file. `on_record`, if given, gets each record as it
+is written (in the kubelet thread), so that a pod deleted soon after it starts is seen all the same.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -115,8 +117,9 @@ class VirtualNode:
     it fails)."""
 
     def __init__(self, cluster: Cluster, name: str, shape: NodeShape, *, labels: dict[str, str] | None = None,
-                 taints: list[dict[str, str]] | None = None) -> None:
-        self.cluster, self.name, self.shape = cluster, name, shape
+                 taints: list[dict[str, str]] | None = None,
+                 on_record: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.cluster, self.name, self.shape, self.on_record = cluster, name, shape, on_record
         self.labels, self.taints = labels or {}, taints or []
         # Its own client: a watch holds a connection for the node's life.
         self.api = Api(cluster.server, cluster.pki / "ca.crt", cluster.api.auth["Authorization"].split()[1])
@@ -297,9 +300,12 @@ class VirtualNode:
                 placed.setdefault(f"{ns}/{pod}", {})[ctr] = {
                     "cpuset": ",".join(map(str, sorted(p.cpus))), "mems": ",".join(map(str, sorted(p.mems)))}
         pods = {key: {**entry, "containers": placed.get(key, {})} for key, entry in self.pods.items()}
+        record = {"node": self.name, "shape": asdict(self.shape), "pods": pods}
         partial = self.record_path.with_suffix(".partial")
-        partial.write_text(json.dumps({"node": self.name, "shape": asdict(self.shape), "pods": pods}, indent=1))
+        partial.write_text(json.dumps(record, indent=1))
         os.replace(partial, self.record_path)
+        if self.on_record is not None:
+            self.on_record(record)
 
     def _status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -354,14 +360,16 @@ class VirtualNode:
 
 
 def start_fleet(cluster: Cluster, nodes: list[tuple[str, NodeShape, dict[str, str]]],
-                taints: list[dict[str, str]] | None = None) -> list[VirtualNode]:
+                taints: list[dict[str, str]] | None = None,
+                on_record: Callable[[dict[str, Any]], None] | None = None) -> list[VirtualNode]:
     """Virtual nodes for (name, shape, labels); their policies must be in the cluster first (the plugin waits
     for one). All are stopped again if any fails to start."""
     kubeconfig = install_plugin_rbac(cluster)
     fleet: list[VirtualNode] = []
     try:
         for name, shape, labels in nodes:
-            fleet.append(VirtualNode(cluster, name, shape, labels=labels, taints=taints).start(kubeconfig))
+            fleet.append(VirtualNode(cluster, name, shape, labels=labels, taints=taints,
+                                     on_record=on_record).start(kubeconfig))
     except BaseException:
         stop_fleet(cluster, fleet)
         raise
