@@ -7,8 +7,8 @@ in the same run (these machines are noisy: read the ratios and medians, not the 
 1. webhook /mutate over TLS, 32 keep-alive clients, vs a bare aiohttp parse-and-echo handler;
 2. extender /filter and /prioritize at 5,000 nodes / 100,000 pods, vs bare JSON decode + encode;
 3. initial list+watch sync of 5,000 nodes / 150,000 pods through the real client, vs orjson.loads;
-4. the placement-quality simulation: stock kube-scheduler vs webhook + extender, a sample of nodes replayed
-   through the real NRI balloons plugin;
+4. the fleet: a stream of model pods on virtual nodes (the real NRI balloons plugin behind every Node of a real
+   control plane), stock kube-scheduler vs webhook + extender, judged by the plugins' cpusets;
 5. a cold `fit` per node, in process (goal: median <= 10 µs).
 """
 
@@ -28,16 +28,16 @@ BENCHES: list[tuple[str, list[str], list[str]]] = [
     # The server freezes and tunes the GC after loading its state (server/runner.tune_gc): so does this.
     ("extender /filter + /prioritize", ["--gc", "tuned"], ["--quick", "--gc", "tuned"]),
     ("list+watch initial sync", [], ["--nodes", "1000", "--pods", "30000"]),
-    ("placement-quality simulation", [], ["--nodes", "300", "--events", "5000", "--replay", "5"]),
+    ("fleet: stock vs model-placement on virtual nodes", [], ["--nodes", "8", "--events", "200"]),
     ("cold fit per node", [], ["--rounds", "2"]),
 ]
-SCRIPTS = ["bench_webhook.py", "bench_extender.py", "bench_sync.py", "simulate.py", "bench_fit.py"]
+SCRIPTS = ["bench_webhook.py", "bench_extender.py", "bench_sync.py", "bench_fleet.py", "bench_fit.py"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=["webhook", "extender", "sync", "simulate", "fit"])
+    parser.add_argument("--only", choices=["webhook", "extender", "sync", "fleet", "fit"])
     args = parser.parse_args()
     failed = 0
     for (name, full, quick), script in zip(BENCHES, SCRIPTS):

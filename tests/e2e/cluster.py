@@ -146,10 +146,11 @@ class Api:
         self.http = urllib3.PoolManager(maxsize=16, ca_certs=str(ca), cert_reqs="CERT_REQUIRED")
         self.auth = {"Authorization": f"Bearer {token}"}
 
-    def call(self, method: str, path: str, body: Any = None, *, ok: Iterable[int] = (200, 201)) -> Any:
+    def call(self, method: str, path: str, body: Any = None, *, ok: Iterable[int] = (200, 201),
+             content_type: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body).encode()
         resp = self.http.request(method, self.server + path, body=data, timeout=30,
-                                 headers={**self.auth, "Content-Type": "application/json", "Accept": "application/json"})
+                                 headers={**self.auth, "Content-Type": content_type, "Accept": "application/json"})
         if resp.status not in ok:
             raise AssertionError(f"{method} {path}: {resp.status} {resp.data[:500].decode(errors='replace')}")
         return json.loads(resp.data) if resp.data else None

@@ -9,7 +9,8 @@ the Go module cache), so a field the policy leaves out means what it means in a 
 
 Line protocol (one JSON object a line each way, answers in request order):
 
-start-up  ``balloons -host-root DIR -config-file POLICY.yaml`` prints ``{"ready": true, "error": null}``, or
+start-up  ``balloons -host-root DIR -config-file POLICY.yaml`` (or ``-kubeconfig FILE`` with ``NODE_NAME`` set:
+          the policy is the node's BalloonsPolicy in that cluster, as the plugin's agent picks it) prints ``{"ready": true, "error": null}``, or
           ``{"ready": false, "error": "<the plugin's own refusal>"}`` and exits when the plugin rejects the
           policy.
 create    ``{"op": "create", "pod": {"name", "namespace", "qos": "Guaranteed|Burstable|BestEffort",
@@ -32,7 +33,7 @@ balloons  ``{"op": "balloons"}`` → ``{"balloons": [{"name": "type[i]", "type",
 reconfigure ``{"op": "reconfigure", "policy": "<BalloonsPolicy YAML>"}``: the policy file is replaced, as an
           updated BalloonsPolicy reaches the agent, and the plugin's verdict read from its log
           → ``{"applied": true, "error": null}`` or ``{"applied": false, "refused": "<its error>"}`` (it then
-          keeps the previous configuration).
+          keeps the previous configuration). Not in agent mode: there the BalloonsPolicy object is updated.
 Errors of the protocol itself (unknown op, unknown pod) come back as ``{"error": "..."}`` too.
 
 Python API::
@@ -161,11 +162,17 @@ def binary() -> Path:
 
 
 @lru_cache(maxsize=1)
-def crd_schema() -> dict[str, Any]:
-    """The openAPIV3Schema of the BalloonsPolicy CRD shipped in the pinned nri-plugins module."""
+def nri_plugins_dir() -> Path:
+    """The pinned nri-plugins module's source in the Go module cache (its CRDs and Helm charts)."""
     done = subprocess.run([_go(), "list", "-m", "-f", "{{.Dir}}", NRI_PLUGINS], cwd=PEERS / "balloons",
                           capture_output=True, text=True, check=True)
-    crd = yaml.safe_load((Path(done.stdout.strip()) / CRD).read_text())
+    return Path(done.stdout.strip())
+
+
+@lru_cache(maxsize=1)
+def crd_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of the BalloonsPolicy CRD shipped in the pinned nri-plugins module."""
+    crd = yaml.safe_load((nri_plugins_dir() / CRD).read_text())
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
@@ -195,20 +202,34 @@ def policy_object(policy: dict[str, Any]) -> dict[str, Any]:
 
 
 class BalloonsPeer:
-    def __init__(self, shape: NodeShape, policy: dict[str, Any], *, timeout: float = 120) -> None:
+    """One node's plugin. Its policy is `policy` (a file the agent watches, as the oracle plays it), or, given
+    `node` and `kubeconfig`, whichever BalloonsPolicy the plugin's own agent picks for that Node in the cluster
+    (the virtual nodes of tests/e2e); `log` keeps the plugin's log there instead of a temporary file."""
+
+    def __init__(self, shape: NodeShape, policy: dict[str, Any] | None = None, *, node: str | None = None,
+                 kubeconfig: Path | None = None, log: Path | None = None, timeout: float = 120) -> None:
+        if (policy is None) == (kubeconfig is None and node is None) or (kubeconfig is None) != (node is None):
+            raise ValueError("a peer's policy is a BalloonsPolicy, or a node and the kubeconfig its agent reads one with")
         self.shape = shape
         self.timeout = timeout
         executable = binary()  # first: the build brings the module the CRD defaults are read from
         # A node's sysfs is thousands of small files: in memory when the machine has a tmpfs for it.
         self._dir = tempfile.TemporaryDirectory(prefix="balloons-node-", dir=SHM if os.access(SHM, os.W_OK) else None)
         root = write_sysfs(Path(self._dir.name) / "host", shape)
-        config = Path(self._dir.name) / "policy" / "policy.yaml"  # alone in its directory: the agent watches it
-        config.parent.mkdir()
-        config.write_text(yaml.safe_dump(policy_object(policy)))
-        self._stderr = open(Path(self._dir.name) / "stderr", "w+b")
-        self.proc = subprocess.Popen([str(executable), "-host-root", str(root), "-config-file", str(config)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     env={**os.environ, "TMPDIR": self._dir.name})  # its socket dir goes with ours
+        env = {**os.environ, "TMPDIR": self._dir.name}  # its socket dir goes with ours
+        if policy is not None:
+            config = Path(self._dir.name) / "policy" / "policy.yaml"  # alone in its directory: the agent watches it
+            config.parent.mkdir()
+            config.write_text(yaml.safe_dump(policy_object(policy)))
+            source = ["-config-file", str(config)]
+        else:
+            source, env["NODE_NAME"] = ["-kubeconfig", str(kubeconfig)], str(node)
+        self._stderr = open(log or Path(self._dir.name) / "stderr", "w+b")
+        # Its own session: a test's teardown kills the group; if this process dies first, its stdin closes and
+        # the peer exits by itself.
+        self.proc = subprocess.Popen([str(executable), "-host-root", str(root), *source],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
+                                     start_new_session=True)
         try:
             hello = self._read()
         except PeerError:

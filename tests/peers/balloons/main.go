@@ -1,8 +1,12 @@
 // Command balloons runs the real NRI balloons policy of containers/nri-plugins (its resmgr and agent, as the
-// plugin's own main wires them) against a sysfs tree under -host-root and a BalloonsPolicy file
-// (-config-file), and drives it as a container runtime would, through containerd/nri's runtime-side
-// adaptation on a socket in a temporary directory. tests/oracle/peer.py speaks its line protocol; the
-// protocol is described there.
+// plugin's own main wires them) against a sysfs tree under -host-root, and drives it as a container runtime
+// would, through containerd/nri's runtime-side adaptation on a socket in a temporary directory.
+//
+// Its policy comes either from a BalloonsPolicy file (-config-file: the oracle's one node) or, in agent mode,
+// from a cluster (-kubeconfig and the NODE_NAME environment variable, as the plugin's DaemonSet passes them):
+// then the plugin's own agent picks the node's BalloonsPolicy (node.<name>, else group.<label>, else default),
+// patches that policy's status, and writes the node's NodeResourceTopology through the apiserver itself.
+// tests/oracle/peer.py speaks its line protocol; the protocol is described there.
 package main
 
 import (
@@ -384,6 +388,9 @@ func (r *runtime) handle(req request) answer {
 	case "balloons":
 		return r.balloons()
 	case "reconfigure":
+		if r.config == "" {
+			return failed(errors.New("in agent mode the policy is the node's BalloonsPolicy in the cluster: update that"))
+		}
 		refused, err := r.log.reconfigure(r.config, []byte(req.Policy))
 		if err != nil {
 			return failed(err)
@@ -521,8 +528,11 @@ func main() {
 	}
 
 	flag.Parse()
-	if flag.Lookup("host-root").Value.String() == "" || flag.Lookup("config-file").Value.String() == "" {
-		fatal("usage: balloons -host-root DIR -config-file POLICY.yaml")
+	configFile := flag.Lookup("config-file").Value.String()
+	agentMode := flag.Lookup("kubeconfig").Value.String() != ""
+	if flag.Lookup("host-root").Value.String() == "" || (configFile == "") == !agentMode ||
+		(agentMode && os.Getenv("NODE_NAME") == "") {
+		fatal("usage: balloons -host-root DIR (-config-file POLICY.yaml | -kubeconfig FILE with NODE_NAME set)")
 	}
 	work, err := os.MkdirTemp("", "balloons-oracle-")
 	if err != nil {
@@ -544,7 +554,7 @@ func main() {
 	synced := make(chan struct{})
 	var listening atomic.Bool // Start synchronizes the (no) pre-launched plugins; only a connection counts
 	rt := &runtime{pods: map[string]*podState{}, placement: map[string]Placement{}, names: map[string]string{},
-		log: watch, config: flag.Lookup("config-file").Value.String()}
+		log: watch, config: configFile}
 	syncFn := func(ctx context.Context, cb nri.SyncCB) error {
 		if _, err := cb(ctx, nil, nil); err != nil {
 			return err
@@ -595,6 +605,7 @@ func main() {
 	select {
 	case <-synced:
 	case <-time.After(60 * time.Second):
+		// In agent mode the plugin connects only once the agent has handed it a policy.
 		fatal("the plugin did not connect to the runtime within 60 s (see stderr)")
 	}
 	// The adaptation registers the plugin right after synchronizing it; this waits for that.
