@@ -23,7 +23,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/bench_oracle.py` from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.oracle.test_differential import GENERATED, STREAMS_PER_PEER, Tally, groups, report, run_group  # noqa: E402
+from tests.oracle.test_differential import GENERATED, STREAMS_PER_PEER, Tally, groups, report, run_group
 
 COLUMNS = ("admit/ok", "admit/bad", "refuse/ok", "refuse/bad", "drift")
 
