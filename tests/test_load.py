@@ -1,10 +1,10 @@
-"""Load on loopback: 10,000 mixed requests at 64 concurrency against `model-placement serve` (a real
+"""Load on loopback: 3,000 mixed requests at 64 concurrency against `model-placement serve` (a real
 subprocess, TLS, cluster state from the fake apiserver through the real KubeSource), while the serving
 certificate rotates three times (kubelet's `..data` symlink swap, reload polled every 0.2 s) and the watch
 source drops twice (the second time with the history compacted, so the watches must relist).
 
-Each of 2,000 pending model pods goes through what the apiserver and the scheduler do with it: /mutate,
-/validate, /filter over 40 nodes, /prioritize over the nodes that passed, /bind to the best one (the binding
+Each of 600 pending model pods goes through what the apiserver and the scheduler do with it: /mutate,
+/validate, /filter over the 12 nodes, /prioritize over the nodes that passed, /bind to the best one (the binding
 goes through the fake apiserver). 64 pods are in flight at once, so binds race for the same cores, and the
 fleet holds only about a third of what is asked for. A pod /validate refuses still goes on to the extender,
 as a pod admitted before the fleet filled up would: the extender must not rely on admission.
@@ -14,7 +14,9 @@ exceed its capacity; every pod whose bind succeeded holds exactly its footprint,
 apiserver recorded; every refused pod holds nothing and is unbound), the state converged after the drops
 (objects added and deleted while the watches were down are seen), every rotation reached new connections,
 no error in the server's log, and a clean exit on SIGTERM. Duration and throughput are printed.
-`MP_LOAD_REQUESTS` changes the request count (a multiple of 5).
+`MP_LOAD_REQUESTS` changes the request count (a multiple of 5; the fleet grows with it, one node per 250 requests,
+so that it always holds about a third of what is asked: `MP_LOAD_REQUESTS=10000` is the 40-node run this test made
+before it was cut to a CI-sized one, 130 s on this 2-core machine).
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ from tests.support.servers import NAMESPACE, SERVER_NAME, SERVICE
 from tests.support.tls import client_context, handshakes
 from tests.support.webhook import Answer, pod_review
 
-REQUESTS = int(os.environ.get("MP_LOAD_REQUESTS", "10000"))
+REQUESTS = int(os.environ.get("MP_LOAD_REQUESTS", "3000"))
 CONCURRENCY = 64
-NODES = [f"node-{i:02d}" for i in range(40)]
+NODES = [f"node-{i:02d}" for i in range(max(4, REQUESTS // 250))]
 MODEL_NS = "llm"
 FOOTPRINT = {1: 2, 2: 4}  # TP -> cpu: N as written: N cores (the webhook requests 2N CPUs on these SMT-2 nodes)
 
@@ -74,7 +76,7 @@ def pending_pods(n: int) -> list[Obj]:
 
 
 def seed(fake: FakeApiServer, pods: list[Obj]) -> list[Obj]:
-    """40 two-socket nodes (62 model cores each after 2 reserved), a model pod and a web pod running on
+    """Two-socket nodes (62 model cores each after 2 reserved), a model pod and a web pod running on
     each, and the pending pods. Returns the running model pods."""
     fleet = [node_obj(n) for n in NODES] + [nrt_obj(n) for n in NODES] + [balloons_policy_obj()]
     fake.load("Node", fleet[:len(NODES)])
@@ -266,8 +268,8 @@ def holdings(nodes: list[Obj]) -> dict[str, list[tuple[str, int, int, bool]]]:
     return out
 
 
-async def test_10000_mixed_requests_under_rotation_and_watch_drops(fake: FakeApiServer, tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+async def test_mixed_requests_under_rotation_and_watch_drops(fake: FakeApiServer, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     assert REQUESTS % 5 == 0
     pods = pending_pods(REQUESTS // 5)
     running = seed(fake, pods)
