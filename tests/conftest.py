@@ -115,3 +115,13 @@ def fake_demo() -> Iterator[FakeApiServer]:
         for obj in load_objects(demo_text()):
             server.add(obj["kind"], obj)
         yield server
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With pytest-xdist (`--dist loadgroup`): a file's tests stay on one worker, in order, with its module
+    fixtures started once; tests/e2e is one group, because its tests share one control plane per session."""
+    for item in items:
+        path = Path(str(item.fspath))
+        group = "e2e" if "e2e" in path.parts else str(path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
