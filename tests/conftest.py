@@ -117,6 +117,7 @@ def fake_demo() -> Iterator[FakeApiServer]:
         yield server
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks to group the tests
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """With pytest-xdist (`--dist loadgroup`): a file's tests stay on one worker, in order, with its module
     fixtures started once; tests/e2e is one group, because its tests share one control plane per session."""

@@ -32,6 +32,7 @@ import (
 	"github.com/containers/nri-plugins/pkg/agent"
 	"github.com/containers/nri-plugins/pkg/kubernetes"
 	logger "github.com/containers/nri-plugins/pkg/log"
+	"github.com/containers/nri-plugins/pkg/pidfile"
 	resmgr "github.com/containers/nri-plugins/pkg/resmgr/main"
 	resmgrpolicy "github.com/containers/nri-plugins/pkg/resmgr/policy"
 )
@@ -547,6 +548,9 @@ func main() {
 			fatal("flag %s: %v", name, err)
 		}
 	}
+	// v0.14.0 parses -pid-file but never hands it to pkg/pidfile, whose path stays /run/<binary>.pid: peers
+	// started at once (the oracle's threads, test workers, a virtual fleet) would remove and create the same file.
+	pidfile.SetPath(filepath.Join(work, "pid"))
 
 	watch := &logWatch{out: enc, ready: make(chan struct{})}
 	logger.SetOutput(watch)
