@@ -117,12 +117,16 @@ def fake_demo() -> Iterator[FakeApiServer]:
         yield server
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks to group the tests
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With pytest-xdist (`--dist loadgroup`): a file's tests stay on one worker, in order, with its module
-    fixtures started once; tests/e2e is one group, because its tests share one control plane per session."""
-    for item in items:
-        path = Path(str(item.fspath))
-        group = "e2e" if "e2e" in path.parts else str(path)
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's workers take whole files, in order, so that a file's module fixtures start once; tests/e2e
+    goes whole to one worker, as its tests share one control plane per session. (The xdist_group mark cannot say
+    this under pytest 9.2, where xdist 3.8's rewrite of the node id no longer takes.)"""
+    from xdist.scheduler import LoadFileScheduling
 
+    class ByFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/e2e" if path.startswith("tests/e2e/") else path
+
+    return ByFile(config, log)
