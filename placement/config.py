@@ -37,8 +37,7 @@ class ConfigError(ValueError):
 
 
 class Settings(BaseModel):
-    # protected_namespaces: pydantic before 2.10 warns on stderr that `model_labels` shadows its own "model_" names.
-    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kubernetes_cpu_policy: CpuPolicy = "nri-balloons"
     nri_enabled: bool = True
@@ -90,16 +89,18 @@ class Settings(BaseModel):
         return value
 
 
-# Environment variables from the design table; every key is also settable as MM_<KEY>.
+# The short names the README documents, besides every key's generic variable (`_env_name`).
 _ENV_ALIASES: dict[str, str] = {
     "MM_CPU_POLICY": "kubernetes_cpu_policy",
-    "MM_NRI_ENABLED": "nri_enabled",
     "MM_NRI_PREFLIGHT": "preflight",
-    "MM_KUBELET_THREADS_PER_CORE": "mm_kubelet_threads_per_core",
-    "MM_NRI_CPU_REQUEST": "nri_cpu_request",
 }
 _SKIP_PREFLIGHT = "MM_NRI_SKIP_PREFLIGHT"
 _TRUE = {"1", "true", "yes", "on"}
+
+
+def _env_name(key: str) -> str:
+    """MM_<KEY>, the prefix not doubled: mm_kubelet_threads_per_core is MM_KUBELET_THREADS_PER_CORE."""
+    return "MM_" + key.upper().removeprefix("MM_")
 
 
 def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -107,13 +108,13 @@ def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, st
     out: dict[str, Any] = {}
     origin: dict[str, str] = {}
     for key in Settings.model_fields:
-        generic = f"MM_{key.upper()}"
+        generic = _env_name(key)
         if generic in env:
             out[key], origin[key] = env[generic], generic
     for var, key in _ENV_ALIASES.items():
         if var in env:
             out[key], origin[key] = env[var], var
-    known = {f"MM_{key.upper()}" for key in Settings.model_fields} | set(_ENV_ALIASES) | {_SKIP_PREFLIGHT}
+    known = set(map(_env_name, Settings.model_fields)) | set(_ENV_ALIASES) | {_SKIP_PREFLIGHT}
     unknown = sorted(var for var in env if var.startswith("MM_") and var not in known)
     if unknown:
         # A misspelt variable silently left at its default is worse than a refusal to start.

@@ -121,10 +121,6 @@ class Topology:
     def cpus(self) -> CPUSet:
         return CPUSet.of(t for n in self.numa_nodes for c in n.cores for t in c.threads)
 
-    @property
-    def core_count(self) -> int:
-        return sum(len(n.cores) for n in self.numa_nodes)
-
     def shape(self) -> tuple[tuple[int, ...], int]:
         """What makes two nodes interchangeable for a cpuset list: cores per NUMA node and SMT width."""
         return tuple(len(n.cores) for n in self.numa_nodes), self.threads_per_core

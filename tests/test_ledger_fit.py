@@ -37,7 +37,7 @@ def generated(cores_per_numa: list[int], tpc: int = 2) -> BalloonsPolicy:
 
 
 def plain(**extra) -> BalloonsPolicy:
-    """A hand-written policy of plain types, as the seed guide's example has them."""
+    """A hand-written policy of plain types, as a hand-written setup has them."""
     return BalloonsPolicy("default", "kube-system", "4", tuple(
         BalloonType(f"vllm-balloon-tp{t}", hide_hyperthreads=True, **extra) for t in (1, 2, 4, 8)))
 
