@@ -14,6 +14,9 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from placement.quantity import cpu_milli, memory_bytes
+from placement.topology import CPUSet
+
 CpuPolicy = Literal["nri-balloons", "kubelet-static", "best-effort"]
 Preflight = Literal["enforce", "warn", "skip"]
 Profile = Literal["siblings", "minimal", "standard", "observability", "full"]
@@ -22,14 +25,6 @@ CpuRequest = Literal["cores", "cpus"]
 
 CPU_POLICIES: tuple[str, ...] = get_args(CpuPolicy)
 PREFLIGHT_MODES: tuple[str, ...] = get_args(Preflight)
-PROFILE_RESERVED_CPUS: dict[str, int | None] = {
-    # None: one physical core per NUMA node, so the count depends on the node.
-    "siblings": None,
-    "minimal": 8,
-    "standard": 12,
-    "observability": 16,
-    "full": 20,
-}
 
 
 class ConfigError(ValueError):
@@ -73,8 +68,6 @@ class Settings(BaseModel):
     @field_validator("native_sidecar_cpu", "native_sidecar_memory")
     @classmethod
     def _positive_quantity(cls, value: str, info: ValidationInfo) -> str:
-        from placement.quantity import cpu_milli, memory_bytes  # local, as below
-
         cpu = info.field_name == "native_sidecar_cpu"
         if (cpu_milli if cpu else memory_bytes)(value) <= 0:
             raise ValueError(f"{value!r} is none: give a positive quantity such as {'100m' if cpu else '128Mi'}")
@@ -83,8 +76,6 @@ class Settings(BaseModel):
     @field_validator("nri_reserved_cpu_list")
     @classmethod
     def _cpuset(cls, value: str) -> str:
-        from placement.topology import CPUSet  # local: topology imports nothing from here
-
         CPUSet.parse(value)
         return value
 

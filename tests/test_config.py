@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
-from placement.config import ConfigError, load_settings
+from placement.config import ConfigError, Profile, load_settings
+from placement.topology import PROFILE_RESERVED_CPUS
 
 
 def test_defaults() -> None:
@@ -15,6 +17,10 @@ def test_defaults() -> None:
         ("nri-balloons", True, "enforce", "standard")
     assert (s.nri_balloon_prefix, s.mm_kubelet_threads_per_core, s.require_amx, s.scoring_strategy) == \
         ("vllm-balloon-tp", 2, True, "MostAllocated")
+
+
+def test_every_profile_has_its_reserved_count() -> None:
+    assert set(PROFILE_RESERVED_CPUS) == set(get_args(Profile))
 
 
 def test_environment_beats_file(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import read_model_pod
 from placement.ledger import STAMPS
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 
 Obj = dict[str, Any]
 

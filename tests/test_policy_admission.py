@@ -16,7 +16,7 @@ import yaml
 from placement.balloons import node_balloons_policy
 from placement.config import Settings
 from placement.topology import linux_layout
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 from tests.support.webhook import Answer, MakeWebhook, Obj, Webhook, balloons_policy, decisions, node, review, running
 
 

@@ -29,7 +29,7 @@ from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.quantity import cpu_milli, memory_bytes
 from server.app import Runtime
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 from tests.support.payloads import fixture_json
 from tests.support.servers import serving
 from tests.support.webhook import (
