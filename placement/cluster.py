@@ -26,7 +26,7 @@ from placement.demand import (
     read_model_pod,
 )
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
-from placement.ledger import PLACEMENT, STAMPS, Holding, NodeLedger, NodeNRI, Placed
+from placement.ledger import PLACEMENT, Holding, NodeLedger, NodeNRI, Placed, Stamps
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
     NUMA_ZONE,
@@ -265,6 +265,7 @@ class ClusterState:
         self._homogeneous: bool | None = None
         self.generation = 0  # bumps on every change; caches key on it
         self.node_generation = 0  # bumps when a Node is added, changed or deleted; eligibility caches key on it
+        self.stamps = Stamps()  # every change to this cluster's ledgers, for what was derived from them
 
     # -- feeding -----------------------------------------------------------------------------------
 
@@ -338,7 +339,7 @@ class ClusterState:
                 self.nodes.pop(name, None)
                 self._ledgers.pop(name, None)
                 self._dirty.discard(name)
-                STAMPS.take(name)
+                self.stamps.take(name)
             else:
                 info = _slim_node(obj)
                 if self.nodes.get(name) != info:  # not on a status heartbeat
@@ -519,12 +520,12 @@ class ClusterState:
     def _stale(self, name: str) -> None:
         """The node's ledger must be rebuilt before it is read again; what was derived from it no longer holds."""
         self._dirty.add(name)
-        STAMPS.take(name)
+        self.stamps.take(name)
 
     def _mark_all_dirty(self) -> None:
         self._dirty = set(self.nodes)
         self._homogeneous = None
-        STAMPS.forget()
+        self.stamps.forget()
 
     def _check_homogeneity(self) -> None:
         if self.settings.nri_reserved_cpu_list and self._homogeneous is not None:
@@ -577,7 +578,7 @@ class ClusterState:
         policy = policy_for_node(self.node_policies(), name, node.labels)
         reserved, source = self._reserved(node, topo, policy)
         nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
-        ledger = NodeLedger(name, topo, reserved, source, node.labels, nri,
+        ledger = NodeLedger(name, topo, reserved, source, node.labels, nri, stamps=self.stamps,
                             numa_memory=numa_memory(node, self.nrts.get(name), topo.numa_count))
         shared = {"reserved", "default", *(t.name for t in policy.balloon_types if t.namespaces)} if policy else ()
         observed = observed_balloons(self.nrts.get(name), topo, reserved, shared) if nri.running else None
