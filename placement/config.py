@@ -1,17 +1,15 @@
 """Settings: the one switch (`kubernetes_cpu_policy`) and every knob.
 
 Precedence is per-pod annotation > environment > config file > default. The per-pod part lives in
-`demand.py`, which is where a pod is read; this module resolves the cluster-wide settings.
+`demand.py`, which is where a pod is read; this module resolves the cluster-wide settings from the config file's
+mapping and the environment as the server layer read them (`server.inputs.load_settings`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from placement.quantity import cpu_milli, memory_bytes
@@ -140,22 +138,12 @@ def _explain(error: ValidationError, source: Mapping[str, Any], origin: Mapping[
     return "invalid configuration: " + "; ".join(parts)
 
 
-def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
-    """Defaults < config file < environment. Raises ConfigError naming key, value and allowed values."""
-    raw: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    if path:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path} must be a mapping of settings, got {type(loaded).__name__}")
-        raw.update(loaded)
-        origin.update(dict.fromkeys(map(str, loaded), f"config file {path}"))
-    overrides, from_env = _env_overrides(os.environ if env is None else env)
+def resolve_settings(env: Mapping[str, str], file: Mapping[str, Any] | None = None, file_name: str = "") -> Settings:
+    """Defaults < the config file's settings < the environment's. Raises ConfigError naming key, value, allowed
+    values and where the value came from (`file_name`, or the variable)."""
+    raw: dict[str, Any] = dict(file or {})
+    origin = dict.fromkeys(map(str, raw), f"config file {file_name}")
+    overrides, from_env = _env_overrides(env)
     raw.update(overrides)
     origin.update(from_env)
     try:

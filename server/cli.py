@@ -17,9 +17,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from placement.config import ConfigError, Settings, load_settings
+from placement.config import ConfigError, Settings
 from server import logs
-from server.inputs import InputError
+from server.inputs import InputError, load_settings
 from server.sources import load_cluster
 
 PROG = "model-placement"

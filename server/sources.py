@@ -14,6 +14,8 @@ from server.inputs import api_client, flatten, list_cluster, load_cluster_file, 
 
 # The notices keep the component they have always been logged under: they are about the command line's flags.
 log = logging.getLogger("model_placement.cli")
+# What a ClusterState reports (an assumed pod bound elsewhere, a node read as one NUMA node, ...).
+cluster_log = logging.getLogger("model_placement.cluster")
 
 DEMO_NOTICE = ("using the bundled demo fleet (7 invented nodes, not your cluster): give --cluster FILE or "
                "--kubeconfig FILE to judge against a real one")
@@ -43,12 +45,12 @@ def snapshot_objects(args: argparse.Namespace, say: Callable[[str], None]) -> li
 
 def snapshot_state(args: argparse.Namespace, settings: Settings) -> ClusterState:
     """The servers' state when not connected to a cluster (notices go to the JSON log)."""
-    return ClusterState.from_objects(snapshot_objects(args, log.warning), settings)
+    return ClusterState.from_objects(snapshot_objects(args, log.warning), settings, cluster_log)
 
 
 def load_cluster(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> ClusterState:
     if args.kubeconfig or args.in_cluster:
-        state = ClusterState(settings)
+        state = ClusterState(settings, log=cluster_log)
         list_cluster(state, api_client(args.kubeconfig, args.in_cluster))
         return state
-    return ClusterState.from_objects(snapshot_objects(args, say), settings)
+    return ClusterState.from_objects(snapshot_objects(args, say), settings, cluster_log)

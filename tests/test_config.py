@@ -7,8 +7,9 @@ from typing import get_args
 
 import pytest
 
-from placement.config import ConfigError, Profile, load_settings
+from placement.config import ConfigError, Profile
 from placement.topology import PROFILE_RESERVED_CPUS
+from server.inputs import load_settings
 
 
 def test_defaults() -> None:

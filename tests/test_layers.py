@@ -1,6 +1,7 @@
 """The layers, read from the imports themselves.
 
-`placement` is the core and stands alone; `server`'s plumbing (HTTP app, logs, metrics, API client, list/watch,
+`placement` is the core and stands alone, pure: no I/O, no environment, no logging, no process-wide state that
+changes; `server`'s plumbing (HTTP app, logs, metrics, API client, list/watch,
 reading inputs) is below the two faces, `webhook` and `extender`; the command line and the composition of a server
 process (`server.cli`, `server.runner` and the commands) are on top. Every `import` and `from … import` counts,
 at module level or inside a function: a function-level import defers a circle to the first call, it does not
@@ -19,6 +20,14 @@ FACES = ("webhook", "extender")
 # What the faces may use of `server`; none of it may use a face or the top.
 PLUMBING = {"server", "server.app", "server.logs", "server.metrics", "server.kubeapi", "server.kubesource",
             "server.inputs", "server.sources"}
+
+# What the core may not import: the file system, the process and its environment, logging, the network.
+IMPURE = {"os", "sys", "io", "pathlib", "shutil", "tempfile", "subprocess", "socket", "logging", "importlib"}
+IMPURE_CALLS = {"open", "print", "input"}
+# What a core module may bind at module level besides literals: calls whose result never changes.
+IMMUTABLE_CALLS = {"re.compile", "get_args", "range", "frozenset", "tuple", "Decimal"}
+MUTATORS = {"append", "appendleft", "add", "update", "pop", "popitem", "clear", "setdefault", "extend", "insert",
+            "remove", "discard"}
 
 Graph = dict[str, set[str]]
 
@@ -138,6 +147,39 @@ def _forbidden(module: str, target: str) -> str | None:
     return None
 
 
+def impurities(module: str, source: str) -> list[str]:
+    """What makes a core module impure: an import of IMPURE, a call of IMPURE_CALLS, a `global`, and module-level
+    state that changes (bound to anything but a literal or an IMMUTABLE_CALLS call, or a literal it mutates)."""
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        found += [f"{module} imports {n}" for n in names if n.split(".")[0] in IMPURE]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in IMPURE_CALLS:
+            found.append(f"{module} calls {node.func.id}()")
+        if isinstance(node, ast.Global):
+            found.append(f"{module} rebinds the global {', '.join(node.names)}")
+    displays: set[str] = set()
+    for node in tree.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        bound = [ast.unparse(target) for target in targets]
+        if isinstance(value, (ast.Dict, ast.Set, ast.List, ast.DictComp, ast.SetComp, ast.ListComp)):
+            displays.update(bound)
+        elif isinstance(value, ast.Call) and ast.unparse(value.func) not in IMMUTABLE_CALLS:
+            found += [f"{module} keeps {name} = {ast.unparse(value)}, process-wide state" for name in bound]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                and isinstance(node.value, ast.Name) and node.value.id in displays:
+            found.append(f"{module} changes its module-level {node.value.id}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in displays:
+            found.append(f"{module} changes its module-level {node.func.value.id}")
+    return found
+
+
 def test_no_import_circles() -> None:
     found = circles(graph(sources()))
     assert not found, "import circles: " + "; ".join(found)
@@ -146,6 +188,37 @@ def test_no_import_circles() -> None:
 def test_each_layer_imports_only_below_it() -> None:
     found = violations(graph(sources()))
     assert not found, "\n".join(found)
+
+
+def test_the_core_is_pure() -> None:
+    found = [i for module, (source, _) in sources().items() if package(module) == "placement"
+             for i in impurities(module, source)]
+    assert not found, "\n".join(found)
+
+
+def test_each_impurity_is_found() -> None:
+    source = """
+import os.path
+from logging import getLogger
+from . import quiet
+import re
+JOURNAL = Stamps()
+PATTERN = re.compile("x")
+TABLE = {"a": 1}
+SEEN = set()
+NOTES = []
+
+def note(text):
+    global COUNT
+    NOTES.append(text)
+    TABLE["b"] = 2
+    return open(text)
+"""
+    assert sorted(impurities("placement.bad", source)) == [
+        "placement.bad calls open()", "placement.bad changes its module-level NOTES",
+        "placement.bad changes its module-level TABLE", "placement.bad imports logging",
+        "placement.bad imports os.path", "placement.bad keeps JOURNAL = Stamps(), process-wide state",
+        "placement.bad keeps SEEN = set(), process-wide state", "placement.bad rebinds the global COUNT"]
 
 
 def test_the_walk_sees_every_module_and_plumbing_names_real_ones() -> None:

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv
 
-from placement.config import load_settings
+from server.inputs import load_settings
 from tests.peers.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
