@@ -103,7 +103,7 @@ def fresh_ledgers(cluster: ClusterState, pods: list[dict[str, Any]], names: Sequ
 
 
 TPS = (1, 2, 4, 8)
-GOAL = 10.0  # µs, median cold fit per node (issue 12)
+GOAL = 10.0  # µs, median cold fit per node
 
 
 class Round(NamedTuple):

@@ -73,8 +73,8 @@ def _serve(mode: str, cert: str, key: str, port_file: str) -> None:
     from placement.cluster import ClusterState
     from placement.config import Settings
     from server.app import Runtime
-    from server.cli import demo_text, load_objects
     from server.runner import build_app
+    from server.sources import demo_text, load_objects
 
     if mode.startswith("ours"):
         settings = Settings()

@@ -5,7 +5,7 @@ which at 5,000 nodes costs far more than a scheduling cycle can spend, so the `J
 demand (replicas of one model ask the same):
 
 - per node, the verdict it gave, until the node's ledger changes (the common case: most nodes did not
-  change since the last replica was filtered; the ledgers' shared stamp sequence says which did, so a
+  change since the last replica was filtered; the cluster's stamp sequence says which did, so a
   call looks each candidate up once, and judges again only the nodes that changed);
 - per *class* of nodes, the verdict: nodes whose ledgers look the same to `fit` (capacity and free
   cores per NUMA node, SMT width, reserved size, NRI policy and its status, and the balloon counts or
@@ -36,7 +36,7 @@ from placement import fit as fitmod
 from placement.cluster import ClusterState
 from placement.demand import ModelDemand, is_model_pod, pod_display_name, read_model_pod
 from placement.eligibility import REQUIRED, Eligibility, Miss
-from placement.ledger import STAMPS, NodeLedger
+from placement.ledger import NodeLedger
 from server.app import BadRequest
 
 MAX_PODS = 4096  # pods kept by uid: /bind needs the demand seen at /filter
@@ -83,9 +83,9 @@ class _Memo:
     """What one demand has been told: verdicts by class of node, and by node name as of stamp `synced`
     (a node that took a stamp since has its verdict dropped at the next call: `Judge._sync`)."""
 
+    synced: int
     classes: dict[tuple[Any, ...], Verdict] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
-    synced: int = field(default_factory=lambda: STAMPS.taken)
     untold: list[str] | None = None  # nodes `Judge.warm` has still to judge; None: not begun
 
 
@@ -215,7 +215,7 @@ class Judge:
         if memo is not None and len(memo.classes) < MAX_MEMO_CLASSES:
             self._memos.move_to_end(key)
             return memo
-        memo = self._memos[key] = _Memo()
+        memo = self._memos[key] = _Memo(self.cluster.stamps.taken)
         while len(self._memos) > MAX_DEMANDS:
             self._memos.popitem(last=False)
         return memo
@@ -276,17 +276,17 @@ class Judge:
             verdict = classes[cls] = self._judge(key, ledger, seen[1], classes)
         return verdict
 
-    @staticmethod
-    def _sync(memo: _Memo) -> None:
+    def _sync(self, memo: _Memo) -> None:
         """Drop the verdicts of the nodes whose ledgers changed since the memo was last brought up to date."""
-        changed = STAMPS.changed_since(memo.synced)
+        stamps = self.cluster.stamps
+        changed = stamps.changed_since(memo.synced)
         if changed is None:
             memo.verdicts.clear()
         else:
             pop = memo.verdicts.pop
             for name in changed:
                 pop(name, None)
-        memo.synced = STAMPS.taken  # stamps taken while judging (ledgers built lazily) are looked at next time
+        memo.synced = stamps.taken  # stamps taken while judging (ledgers built lazily) are looked at next time
 
     def verdicts(self, ref: PodRef, names: list[str]) -> list[Verdict | None]:
         """One verdict per name (None: a node the ledger does not know), for a model pod. The hot loop of

@@ -25,7 +25,6 @@ from typing import NamedTuple
 
 from extender.filter import UNKNOWN_NODE, Filtered, Judge, PodRef, filter_nodes
 from placement.fit import fmt_free
-from placement.ledger import STAMPS
 from server import metrics
 from server.app import Runtime
 
@@ -75,7 +74,7 @@ class Waiting:
         no ledger and no node changed since the last call. Replicas of one model (the same demand and node
         constraints) are judged once, and as many are due as nodes passed: the first to bind changes the
         ledgers, and the rest are judged again."""
-        seen = (STAMPS.taken, self.cluster.node_generation)
+        seen = (self.cluster.stamps.taken, self.cluster.node_generation)
         if seen == self._seen or not self._waiting:
             return []
         self._seen = seen

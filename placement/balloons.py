@@ -24,9 +24,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from placement.config import PROFILE_RESERVED_CPUS, Settings
+from placement.config import Settings
 from placement.demand import VALID_TP, round_up
-from placement.topology import COMPONENT_BALANCE, RESERVED_TYPE, CPUSet, Topology, spread_reserved
+from placement.topology import (
+    COMPONENT_BALANCE,
+    PROFILE_RESERVED_CPUS,
+    RESERVED_TYPE,
+    CPUSet,
+    Topology,
+    spread_reserved,
+)
 
 NUMA_TYPE = "vllm-numa-"
 

@@ -8,11 +8,10 @@ that shapes it changed; pod events update it in place.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from placement import fit as fitmod
 from placement import nri as nrimod
@@ -26,7 +25,7 @@ from placement.demand import (
     read_model_pod,
 )
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
-from placement.ledger import PLACEMENT, STAMPS, Holding, NodeLedger, NodeNRI, Placed
+from placement.ledger import PLACEMENT, Holding, NodeLedger, NodeNRI, Placed, Stamps
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
     NUMA_ZONE,
@@ -41,7 +40,24 @@ from placement.topology import (
     reserved_from_spec,
 )
 
-log = logging.getLogger("model_placement.cluster")
+
+class Log(Protocol):
+    """Where the state reports what an operator should hear of (a logging.Logger is one): the core writes no
+    log of its own, the layer that runs it says where the lines go."""
+
+    def info(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None: ...
+
+    def warning(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None: ...
+
+
+class _Unheard:
+    """A state nobody listens to (a test's, a benchmark's)."""
+
+    def info(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None:
+        pass
+
+    def warning(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None:
+        pass
 
 KINDS = ("Node", "Pod", "BalloonsPolicy", "NodeResourceTopology")
 TERMINATED = ("Succeeded", "Failed")
@@ -251,9 +267,10 @@ def _count(values: Iterable[int]) -> dict[int, int]:
 class ClusterState:
     """Not thread-safe: one thread (the event loop) reads and writes it."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic, log: Log | None = None) -> None:
         self.settings = settings
         self.clock = clock
+        self.log = log or _Unheard()
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodRecord] = {}
         self.policies: dict[tuple[str, str], BalloonsPolicy] = {}
@@ -265,12 +282,14 @@ class ClusterState:
         self._homogeneous: bool | None = None
         self.generation = 0  # bumps on every change; caches key on it
         self.node_generation = 0  # bumps when a Node is added, changed or deleted; eligibility caches key on it
+        self.stamps = Stamps()  # every change to this cluster's ledgers, for what was derived from them
 
     # -- feeding -----------------------------------------------------------------------------------
 
     @classmethod
-    def from_objects(cls, objects: Iterable[Mapping[str, Any]], settings: Settings) -> ClusterState:
-        state = cls(settings)
+    def from_objects(cls, objects: Iterable[Mapping[str, Any]], settings: Settings, log: Log | None = None
+                     ) -> ClusterState:
+        state = cls(settings, log=log)
         by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in KINDS}
         for obj in objects:
             kind = obj.get("kind")
@@ -324,7 +343,7 @@ class ClusterState:
             rec = None if deleted else self._slim_pod(obj)
             if rec is not None and old is not None:
                 if old.assumed_at is not None and rec.node is not None and rec.node != old.node:
-                    log.warning("assumed pod bound elsewhere", extra={
+                    self.log.warning("assumed pod bound elsewhere", extra={
                         "pod": f"{rec.namespace}/{rec.name}", "node": rec.node, "assumed_node": old.node})
                 rec = _carried(old, rec)
             if old is not None:
@@ -338,7 +357,7 @@ class ClusterState:
                 self.nodes.pop(name, None)
                 self._ledgers.pop(name, None)
                 self._dirty.discard(name)
-                STAMPS.take(name)
+                self.stamps.take(name)
             else:
                 info = _slim_node(obj)
                 if self.nodes.get(name) != info:  # not on a status heartbeat
@@ -456,7 +475,7 @@ class ClusterState:
             return
         # Where it is cannot be known: counted so that nothing admitted next can spread.
         if not result.ok:
-            log.warning("pod of unknown placement overcommits its node", extra={
+            self.log.warning("pod of unknown placement overcommits its node", extra={
                 "pod": demand.pod, "node": ledger.name, "reason": result.reason})
         ledger.hold_unknown(fitmod.unknown_holding(rec.uid, demand, fp, ledger.topology.numa_count, rec.assumed_at,
                                                    _rank_memory(ledger, demand, fp.numa_nodes)), fp.cores)
@@ -519,12 +538,12 @@ class ClusterState:
     def _stale(self, name: str) -> None:
         """The node's ledger must be rebuilt before it is read again; what was derived from it no longer holds."""
         self._dirty.add(name)
-        STAMPS.take(name)
+        self.stamps.take(name)
 
     def _mark_all_dirty(self) -> None:
         self._dirty = set(self.nodes)
         self._homogeneous = None
-        STAMPS.forget()
+        self.stamps.forget()
 
     def _check_homogeneity(self) -> None:
         if self.settings.nri_reserved_cpu_list and self._homogeneous is not None:
@@ -567,7 +586,7 @@ class ClusterState:
     def _note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
-            log.info(text)
+            self.log.info(text)
 
     def _build(self, name: str) -> NodeLedger:
         node = self.nodes[name]
@@ -577,7 +596,7 @@ class ClusterState:
         policy = policy_for_node(self.node_policies(), name, node.labels)
         reserved, source = self._reserved(node, topo, policy)
         nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
-        ledger = NodeLedger(name, topo, reserved, source, node.labels, nri,
+        ledger = NodeLedger(name, topo, reserved, source, node.labels, nri, stamps=self.stamps,
                             numa_memory=numa_memory(node, self.nrts.get(name), topo.numa_count))
         shared = {"reserved", "default", *(t.name for t in policy.balloon_types if t.namespaces)} if policy else ()
         observed = observed_balloons(self.nrts.get(name), topo, reserved, shared) if nri.running else None
@@ -718,6 +737,6 @@ class ClusterState:
         for rec in stale:
             self.generation += 1
             self._unindex(rec)
-            log.warning("assumed pod not seen bound in time; releasing its cores", extra={
+            self.log.warning("assumed pod not seen bound in time; releasing its cores", extra={
                 "pod": f"{rec.namespace}/{rec.name}", "node": rec.node, "reason": f"no binding seen in {ttl:g}s"})
         return stale

@@ -1,18 +1,19 @@
 """Settings: the one switch (`kubernetes_cpu_policy`) and every knob.
 
 Precedence is per-pod annotation > environment > config file > default. The per-pod part lives in
-`demand.py`, which is where a pod is read; this module resolves the cluster-wide settings.
+`demand.py`, which is where a pod is read; this module resolves the cluster-wide settings from the config file's
+mapping and the environment as the server layer read them (`server.inputs.load_settings`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from placement.quantity import cpu_milli, memory_bytes
+from placement.topology import CPUSet
 
 CpuPolicy = Literal["nri-balloons", "kubelet-static", "best-effort"]
 Preflight = Literal["enforce", "warn", "skip"]
@@ -22,14 +23,6 @@ CpuRequest = Literal["cores", "cpus"]
 
 CPU_POLICIES: tuple[str, ...] = get_args(CpuPolicy)
 PREFLIGHT_MODES: tuple[str, ...] = get_args(Preflight)
-PROFILE_RESERVED_CPUS: dict[str, int | None] = {
-    # None: one physical core per NUMA node, so the count depends on the node.
-    "siblings": None,
-    "minimal": 8,
-    "standard": 12,
-    "observability": 16,
-    "full": 20,
-}
 
 
 class ConfigError(ValueError):
@@ -37,8 +30,7 @@ class ConfigError(ValueError):
 
 
 class Settings(BaseModel):
-    # protected_namespaces: pydantic before 2.10 warns on stderr that `model_labels` shadows its own "model_" names.
-    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kubernetes_cpu_policy: CpuPolicy = "nri-balloons"
     nri_enabled: bool = True
@@ -74,8 +66,6 @@ class Settings(BaseModel):
     @field_validator("native_sidecar_cpu", "native_sidecar_memory")
     @classmethod
     def _positive_quantity(cls, value: str, info: ValidationInfo) -> str:
-        from placement.quantity import cpu_milli, memory_bytes  # local, as below
-
         cpu = info.field_name == "native_sidecar_cpu"
         if (cpu_milli if cpu else memory_bytes)(value) <= 0:
             raise ValueError(f"{value!r} is none: give a positive quantity such as {'100m' if cpu else '128Mi'}")
@@ -84,22 +74,22 @@ class Settings(BaseModel):
     @field_validator("nri_reserved_cpu_list")
     @classmethod
     def _cpuset(cls, value: str) -> str:
-        from placement.topology import CPUSet  # local: topology imports nothing from here
-
         CPUSet.parse(value)
         return value
 
 
-# Environment variables from the design table; every key is also settable as MM_<KEY>.
+# The short names the README documents, besides every key's generic variable (`_env_name`).
 _ENV_ALIASES: dict[str, str] = {
     "MM_CPU_POLICY": "kubernetes_cpu_policy",
-    "MM_NRI_ENABLED": "nri_enabled",
     "MM_NRI_PREFLIGHT": "preflight",
-    "MM_KUBELET_THREADS_PER_CORE": "mm_kubelet_threads_per_core",
-    "MM_NRI_CPU_REQUEST": "nri_cpu_request",
 }
 _SKIP_PREFLIGHT = "MM_NRI_SKIP_PREFLIGHT"
 _TRUE = {"1", "true", "yes", "on"}
+
+
+def _env_name(key: str) -> str:
+    """MM_<KEY>, the prefix not doubled: mm_kubelet_threads_per_core is MM_KUBELET_THREADS_PER_CORE."""
+    return "MM_" + key.upper().removeprefix("MM_")
 
 
 def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -107,13 +97,13 @@ def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, st
     out: dict[str, Any] = {}
     origin: dict[str, str] = {}
     for key in Settings.model_fields:
-        generic = f"MM_{key.upper()}"
+        generic = _env_name(key)
         if generic in env:
             out[key], origin[key] = env[generic], generic
     for var, key in _ENV_ALIASES.items():
         if var in env:
             out[key], origin[key] = env[var], var
-    known = {f"MM_{key.upper()}" for key in Settings.model_fields} | set(_ENV_ALIASES) | {_SKIP_PREFLIGHT}
+    known = set(map(_env_name, Settings.model_fields)) | set(_ENV_ALIASES) | {_SKIP_PREFLIGHT}
     unknown = sorted(var for var in env if var.startswith("MM_") and var not in known)
     if unknown:
         # A misspelt variable silently left at its default is worse than a refusal to start.
@@ -148,22 +138,12 @@ def _explain(error: ValidationError, source: Mapping[str, Any], origin: Mapping[
     return "invalid configuration: " + "; ".join(parts)
 
 
-def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
-    """Defaults < config file < environment. Raises ConfigError naming key, value and allowed values."""
-    raw: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    if path:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path} must be a mapping of settings, got {type(loaded).__name__}")
-        raw.update(loaded)
-        origin.update(dict.fromkeys(map(str, loaded), f"config file {path}"))
-    overrides, from_env = _env_overrides(os.environ if env is None else env)
+def resolve_settings(env: Mapping[str, str], file: Mapping[str, Any] | None = None, file_name: str = "") -> Settings:
+    """Defaults < the config file's settings < the environment's. Raises ConfigError naming key, value, allowed
+    values and where the value came from (`file_name`, or the variable)."""
+    raw: dict[str, Any] = dict(file or {})
+    origin = dict.fromkeys(map(str, raw), f"config file {file_name}")
+    overrides, from_env = _env_overrides(env)
     raw.update(overrides)
     origin.update(from_env)
     try:

@@ -234,11 +234,6 @@ def flag_from_args(container: Mapping[str, Any], flags: tuple[str, ...]) -> str 
     return found
 
 
-def tp_from_args(container: Mapping[str, Any]) -> str | None:
-    """The last `--tensor-parallel-size N`, `--tensor-parallel-size=N` or `-tp N`."""
-    return flag_from_args(container, _TP_FLAGS)
-
-
 def _parse_size(raw: str, what: str, source: str) -> tuple[int, str | None]:
     try:
         size = int(str(raw).strip())

@@ -92,7 +92,7 @@ class Placed(NamedTuple):
 
 
 class Stamps:
-    """One sequence for every change to a ledger, remembering which node took each of its latest stamps: a
+    """One sequence for every change to a cluster's ledgers, remembering which node took each of its latest stamps: a
     reader that derived something from every node up to some stamp learns which nodes changed since without
     looking at every node (the extender's verdicts over 1,000 candidates, twice per scheduling cycle). Taken on
     one thread only, like every change to the ledgers (the servers' event loop, where the watches apply their
@@ -116,9 +116,6 @@ class Stamps:
         if count > len(self._names):
             return None
         return list(itertools.islice(reversed(self._names), count))
-
-
-STAMPS = Stamps()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +163,8 @@ class NodeLedger:
     holdings: dict[str, Holding] = field(default_factory=dict)
     # uid -> (the balloon type its containers land in, "" off NRI; their CPU request in millicores)
     shared: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # The journal this ledger's changes go to: its ClusterState's, shared by all of that cluster's ledgers.
+    stamps: Stamps = field(default_factory=Stamps, repr=False, compare=False)
     # Per NUMA node, model cores no model pod holds: capacity less holdings, kept as they change so that the
     # first `free()` after a change is a copy (holdings never exceed capacity: `hold` refuses, `force_hold`
     # clamps).
@@ -202,7 +201,7 @@ class NodeLedger:
         self._avail = list(self.capacity)
         self._mem_avail = list(self.numa_memory) or [0] * self.topology.numa_count
         self.memory_total = sum(self.numa_memory)
-        STAMPS.take(self.name)
+        self.stamps.take(self.name)
 
     # -- what is free ------------------------------------------------------------------------------
 
@@ -231,7 +230,7 @@ class NodeLedger:
         """Cores per NUMA node that balloons hold beyond the reserved cpuset and every holding here."""
         self.observed_shared = cores
         self._free = None
-        STAMPS.take(self.name)
+        self.stamps.take(self.name)
 
     def free(self) -> tuple[int, ...]:
         """Free model cores per NUMA node."""
@@ -359,7 +358,7 @@ class NodeLedger:
         if holding.identity is not None:
             self._by_identity.setdefault(holding.identity, {})[holding.uid] = holding
         self._free = self._free_memory = None
-        STAMPS.take(self.name)
+        self.stamps.take(self.name)
 
     def force_hold(self, holding: Holding) -> None:
         """Record a pod that already runs here even if it does not fit: it really uses the cores,
@@ -395,7 +394,7 @@ class NodeLedger:
                 if not group:
                     del self._by_identity[holding.identity]
         self._free = self._free_memory = None
-        STAMPS.take(self.name)
+        self.stamps.take(self.name)
         return holding
 
     def set_shared(self, uid: str, milli: int, balloon: str = "", memory: int = 0) -> None:
@@ -414,14 +413,14 @@ class NodeLedger:
             self._resize_shared(was)
         self._resize_shared(balloon)
         self._free = self._free_memory = None
-        STAMPS.take(self.name)
+        self.stamps.take(self.name)
 
     def drop_shared(self, uid: str) -> None:
         was = self._unshare(uid)
         if was is not None:
             self._resize_shared(was)
             self._free = self._free_memory = None
-            STAMPS.take(self.name)
+            self.stamps.take(self.name)
 
     def _unshare(self, uid: str) -> str | None:
         """Take pod `uid`'s shared containers out of the totals (their balloons keep their size until resized);
@@ -460,7 +459,7 @@ class NodeLedger:
         """A copy to simulate on, without the pods of `without` (a model's own pods are being replaced) and
         without the holdings of the pods `evicted` (uids: what a preemption would free)."""
         copy = NodeLedger(self.name, self.topology, self.reserved, self.reserved_source, self.labels, self.nri,
-                          observed_shared=self.observed_shared, numa_memory=self.numa_memory)
+                          stamps=self.stamps, observed_shared=self.observed_shared, numa_memory=self.numa_memory)
         for holding in self.holdings.values():
             if (without is None or holding.identity != without) and holding.uid not in evicted:
                 copy._add(holding)

@@ -121,10 +121,6 @@ class Topology:
     def cpus(self) -> CPUSet:
         return CPUSet.of(t for n in self.numa_nodes for c in n.cores for t in c.threads)
 
-    @property
-    def core_count(self) -> int:
-        return sum(len(n.cores) for n in self.numa_nodes)
-
     def shape(self) -> tuple[tuple[int, ...], int]:
         """What makes two nodes interchangeable for a cpuset list: cores per NUMA node and SMT width."""
         return tuple(len(n.cores) for n in self.numa_nodes), self.threads_per_core
@@ -266,9 +262,18 @@ def _spread(counts: tuple[int, ...], tpc: int, count: int) -> CPUSet:
     return CPUSet.of(chosen)
 
 
-def profile_reserved(topology: Topology, profile: str) -> CPUSet:
-    from placement.config import PROFILE_RESERVED_CPUS
+# The CPUs each NRI deployment profile (settings' nri_deployment_profile) reserves for the system.
+PROFILE_RESERVED_CPUS: dict[str, int | None] = {
+    # None: one physical core per NUMA node, so the count depends on the node.
+    "siblings": None,
+    "minimal": 8,
+    "standard": 12,
+    "observability": 16,
+    "full": 20,
+}
 
+
+def profile_reserved(topology: Topology, profile: str) -> CPUSet:
     count = PROFILE_RESERVED_CPUS[profile]
     if count is None:  # siblings: one physical core per NUMA node
         count = topology.numa_count * topology.threads_per_core

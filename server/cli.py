@@ -11,66 +11,21 @@ import asyncio
 import errno
 import ipaddress
 import json
-import logging
 import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from importlib import resources
 from typing import Any, NoReturn
 
-from placement.cluster import ClusterState
-from placement.config import ConfigError, Settings, load_settings
+from placement.config import ConfigError, Settings
 from server import logs
-from server.inputs import InputError, flatten, load_cluster_file, parse_documents
-
-log = logging.getLogger("model_placement.cli")
+from server.inputs import InputError, load_settings
+from server.sources import load_cluster
 
 PROG = "model-placement"
 DEFAULT_PORTS = {"webhook": 8443, "extender": 8444, "serve": 8443}
 SERVERS = ("serve", "webhook", "extender")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-DEMO_NOTICE = ("using the bundled demo fleet (7 invented nodes, not your cluster): give --cluster FILE or "
-               "--kubeconfig FILE to judge against a real one")
-
-
-# -- the demo fleet and cluster sources ---------------------------------------------------------------
-
-def demo_text() -> str:
-    return resources.files("placement").joinpath("demo/cluster.yaml").read_text()
-
-
-def load_objects(text: str, source: str = "input") -> list[dict[str, Any]]:
-    """A `kubectl get … -o yaml|json` List, a JSON List, or multi-document YAML, flattened to objects."""
-    return flatten(parse_documents(text.encode(), source), source)
-
-
-def snapshot_objects(args: argparse.Namespace, say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """The objects of `--cluster FILE` (each malformed one named and skipped), else the demo fleet's."""
-    if not args.cluster:
-        say(DEMO_NOTICE)
-        return load_objects(demo_text(), "the demo fleet")
-    loaded = load_cluster_file(args.cluster, args.strict)
-    for sentence in loaded.skipped:
-        say(sentence)
-    if loaded.skipped or loaded.ignored:
-        say(loaded.summary() + ("" if not loaded.skipped else " (--strict makes a malformed object an error)"))
-    return loaded.objects
-
-
-def snapshot_state(args: argparse.Namespace, settings: Settings) -> ClusterState:
-    """The servers' state when not connected to a cluster (notices go to the JSON log)."""
-    return ClusterState.from_objects(snapshot_objects(args, log.warning), settings)
-
-
-def load_cluster(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> ClusterState:
-    if args.kubeconfig or args.in_cluster:
-        from server.inputs import api_client, list_cluster
-
-        state = ClusterState(settings)
-        list_cluster(state, api_client(args.kubeconfig, args.in_cluster))
-        return state
-    return ClusterState.from_objects(snapshot_objects(args, say), settings)
 
 
 # -- commands ----------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from placement.config import Settings
 from placement.demand import ModelDemand
 from placement.eligibility import Eligibility
 from placement.ledger import NodeLedger
+from server.inputs import InputError
+from server.sources import load_cluster
 
 # A request lowered to this can still not fit: the change is then not "ask for fewer CPUs".
 MIN_CPUS = 1
@@ -105,9 +107,6 @@ def find_pod(state: ClusterState, ref: str, namespace: str) -> tuple[str, PodRec
 
 
 def run_explain(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
-    from server.cli import load_cluster
-    from server.inputs import InputError
-
     state = load_cluster(args, settings, say)
     try:
         pod, rec = find_pod(state, args.pod, args.namespace)

@@ -11,6 +11,7 @@ and YAML through libyaml's C loader; the checks below look only at the fields th
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any
 import orjson
 import yaml
 
+from placement.config import ConfigError, Settings, resolve_settings
 from placement.quantity import QuantityError, cpu_milli
 from placement.topology import CPUSet, CPUSetError
 
@@ -30,6 +32,22 @@ DUMP_COMMAND = "kubectl get nodes,pods,balloonspolicies,noderesourcetopologies -
 
 class InputError(Exception):
     """Bad input: the message is one sentence naming the file, flag or field."""
+
+
+def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """The settings of the config file at `path` (none: the defaults) and of the environment (`env`: in place of
+    the process's). A file that cannot be read or is not a YAML mapping is a ConfigError naming it."""
+    loaded: Any = None
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must be a mapping of settings, got {type(loaded).__name__}")
+    return resolve_settings(os.environ if env is None else env, loaded, str(path or ""))
 
 
 def read_bytes(path: str, what: str = "file") -> tuple[bytes, str]:

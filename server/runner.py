@@ -16,6 +16,7 @@ from placement.config import Settings
 from server import metrics
 from server.app import ADMISSION_BODY_LIMIT, EXTENDER_BODY_LIMIT, Runtime, base_app, serve
 from server.inputs import InputError
+from server.sources import cluster_log, snapshot_state
 
 log = logging.getLogger("model_placement.server")
 
@@ -83,9 +84,7 @@ def make_runtime(args: argparse.Namespace, settings: Settings) -> Runtime:
         from server.inputs import api_client
 
         client = api_client(args.kubeconfig, args.in_cluster)
-        return Runtime(settings, ClusterState(settings), api_client=client, extender_body_limit=limit)
-    from server.cli import snapshot_state
-
+        return Runtime(settings, ClusterState(settings, log=cluster_log), api_client=client, extender_body_limit=limit)
     return Runtime(settings, snapshot_state(args, settings), extender_body_limit=limit)
 
 

@@ -15,7 +15,7 @@ from kubernetes import client
 from placement.cluster import ClusterState
 from placement.config import Settings
 from server.app import Runtime
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 from tests.support.extender import Ext, MakeExt
 from tests.support.fakeapi import FakeApiServer
 from tests.support.payloads import FIXTURES, TAINTS, TOLERATIONS, fixture_json, fixture_text, tainted

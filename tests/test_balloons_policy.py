@@ -5,7 +5,7 @@ from __future__ import annotations
 from placement.cluster import ClusterState
 from server.policies import balloons_policies
 
-# Documented fields (reference/nri-cpumanager.md §1b): policy level and per balloon type.
+# Documented fields (nri-plugins' balloons config): policy level and per balloon type.
 POLICY_FIELDS = {"pinCPU", "pinMemory", "reservedResources", "availableResources", "reservedPoolNamespaces",
                  "allocatorTopologyBalancing", "preferSpreadOnPhysicalCores", "balloonTypes", "preserve",
                  "showContainersInNrt", "loadClasses", "schedulingClasses", "cpuClasses", "idleCPUClass",

@@ -16,7 +16,7 @@ import yaml
 from cryptography import x509
 
 from certs import write_bundle
-from placement.config import load_settings
+from server.inputs import load_settings
 from tests.peers.build import build
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -127,7 +127,7 @@ def test_report_counts_a_pod_of_unknown_placement_on_every_numa_node_it_could_us
     """The demo fleet as a cluster where model-placement was installed after the pods were bound: no pod carries
     the placement /bind records, and no NodeResourceTopology exports balloons, so none can be known."""
     from placement.ledger import PLACEMENT
-    from server.cli import demo_text
+    from server.sources import demo_text
 
     fleet = yaml.safe_load(demo_text())
     for obj in fleet["items"]:

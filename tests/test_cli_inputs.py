@@ -458,8 +458,8 @@ def test_render_answers_every_malformed_field_without_a_crash() -> None:
 
     from placement.cluster import ClusterState
     from placement.config import Settings
-    from server.cli import demo_text, load_objects
     from server.render import dump_yaml, print_text, render
+    from server.sources import demo_text, load_objects
 
     state = ClusterState.from_objects(load_objects(demo_text()), Settings())
     junk = ["x", 5, None, [1], {"a": None}, True]

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
-from placement.config import ConfigError, load_settings
+from placement.config import ConfigError, Profile
+from placement.topology import PROFILE_RESERVED_CPUS
+from server.inputs import load_settings
 
 
-def test_defaults_match_the_design_table() -> None:
+def test_defaults() -> None:
     s = load_settings(None, env={})
     assert (s.kubernetes_cpu_policy, s.nri_enabled, s.preflight, s.nri_deployment_profile) == \
         ("nri-balloons", True, "enforce", "standard")
     assert (s.nri_balloon_prefix, s.mm_kubelet_threads_per_core, s.require_amx, s.scoring_strategy) == \
         ("vllm-balloon-tp", 2, True, "MostAllocated")
+
+
+def test_every_profile_has_its_reserved_count() -> None:
+    assert set(PROFILE_RESERVED_CPUS) == set(get_args(Profile))
 
 
 def test_environment_beats_file(tmp_path: Path) -> None:
@@ -26,6 +33,14 @@ def test_environment_beats_file(tmp_path: Path) -> None:
     assert load_settings(cfg, env={"MM_NRI_SKIP_PREFLIGHT": "1"}).preflight == "skip"
     assert load_settings(cfg, env={"MM_NRI_PREFLIGHT": "enforce"}).preflight == "enforce"
     assert load_settings(None, env={"MM_NRI_ENABLED": "false"}).nri_enabled is False
+
+
+def test_a_key_already_named_mm_is_not_prefixed_twice() -> None:
+    assert load_settings(None, env={"MM_KUBELET_THREADS_PER_CORE": "4"}).mm_kubelet_threads_per_core == 4
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, env={"MM_MM_KUBELET_THREADS_PER_CORE": "4"})
+    assert "MM_MM_KUBELET_THREADS_PER_CORE is not a setting" in str(err.value)
+    assert "MM_MM_" not in str(err.value).split("known variables:")[1]
 
 
 @pytest.mark.parametrize("text,words", [

@@ -13,7 +13,7 @@ from placement.demand import is_model_pod, pod_shared_cpu_milli, read_model_pod
 from placement.fit import footprint
 from placement.mutation import mutate_pod
 from placement.quantity import cpu_milli
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 from tests.support.payloads import fixture_json
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 from tests.support.extender import model_pod
 from tests.support.payloads import tainted
 

@@ -18,8 +18,7 @@ from extender.score import prioritize
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import read_model_pod
-from placement.ledger import STAMPS
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 
 Obj = dict[str, Any]
 
@@ -121,7 +120,7 @@ def test_verdicts_follow_the_ledger_as_it_changes(half: int) -> None:
 
 
 def test_verdicts_follow_node_deletions_policy_changes_and_a_journal_that_forgot() -> None:
-    """A verdict is kept until the shared stamp journal says its node changed; a node deleted, a policy replaced
+    """A verdict is kept until the cluster's stamp journal says its node changed; a node deleted, a policy replaced
     (every node at once) and more changes than the journal remembers must each show in the next answer."""
     cluster = ClusterState.from_objects(fleet(), Settings())
     judge = Judge(cluster)
@@ -144,10 +143,22 @@ def test_verdicts_follow_node_deletions_policy_changes_and_a_journal_that_forgot
     held = read_model_pod(pod("held", tp=2, cpus=16), cluster.settings)
     assert cluster.assume("uid-held", "llm", "held", held, "cpu-b1").ok
     for _ in range(70_000):  # other ledgers' changes push cpu-b1's out of the journal
-        STAMPS.take("elsewhere")
+        cluster.stamps.take("elsewhere")
     for i, d in enumerate(probes):
         p = pod(f"probe-{i}-b", **d)  # type: ignore[arg-type]
         assert judged(judge, p, names) == {n: expected(cluster, p, n) for n in names}, d
+
+
+def test_each_cluster_keeps_its_own_journal() -> None:
+    """Two states in one process (the CLI's and a test's, two servers' in a benchmark): a change to one
+    drops no verdict the other's Judge holds."""
+    mine, other = (ClusterState.from_objects(fleet(), Settings()) for _ in range(2))
+    for state in (mine, other):
+        state.ledger("cpu-b1")
+    before = other.stamps.taken
+    held = read_model_pod(pod("held", tp=2, cpus=16), mine.settings)
+    assert mine.assume("uid-held", "llm", "held", held, "cpu-b1").ok
+    assert mine.stamps.changed_since(before) is not None and other.stamps.taken == before
 
 
 def test_warming_judges_every_node_a_model_was_not_asked_about() -> None:

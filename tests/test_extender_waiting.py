@@ -14,7 +14,7 @@ import pytest
 import urllib3
 
 from extender.waiting import CONDITION
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 from tests.support.extender import args_nodecache, model_pod
 from tests.support.fakeapi import FakeApiServer, kubeconfig
 from tests.support.placed import bound_by_us

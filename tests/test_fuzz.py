@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 from placement.cluster import ClusterState
 from placement.config import Settings
 from server.app import ADMISSION_BODY_LIMIT, Runtime
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 from tests.support.extender import DEMO_NODES, FILTER_KEYS, model_pod, plain_pod
 from tests.support.payloads import FIXTURES, fixture_json
 from tests.support.servers import Served, serving

@@ -18,7 +18,7 @@ from placement.balloons import node_balloons_policy
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import ModelDemand, ModelIdentity
-from placement.ledger import STAMPS, NodeLedger, NodeNRI
+from placement.ledger import NodeLedger, NodeNRI
 from placement.topology import (
     BalloonsPolicy,
     BalloonType,
@@ -37,7 +37,7 @@ def generated(cores_per_numa: list[int], tpc: int = 2) -> BalloonsPolicy:
 
 
 def plain(**extra) -> BalloonsPolicy:
-    """A hand-written policy of plain types, as the seed guide's example has them."""
+    """A hand-written policy of plain types, as a hand-written setup has them."""
     return BalloonsPolicy("default", "kube-system", "4", tuple(
         BalloonType(f"vllm-balloon-tp{t}", hide_hyperthreads=True, **extra) for t in (1, 2, 4, 8)))
 
@@ -226,7 +226,7 @@ def test_free_never_negative_and_fit_agrees_with_place(shape, sequence) -> None:
     now = 0.0
     for op, slot, cpus, tp, policy in sequence:
         uid = f"pod-{slot}"
-        stamp, before = STAMPS.taken, (dict(led.holdings), dict(led.shared))
+        stamp, before = led.stamps.taken, (dict(led.holdings), dict(led.shared))
         if op == "release":
             led.release(uid)
             led.drop_shared(uid)
@@ -262,7 +262,7 @@ def test_free_never_negative_and_fit_agrees_with_place(shape, sequence) -> None:
                    for t in balloons)
         if (led.holdings, led.shared) != before:
             # what the extender remembers of the node is no longer taken as true
-            assert led.name in (STAMPS.changed_since(stamp) or ())
+            assert led.name in (led.stamps.changed_since(stamp) or ())
         now += 1
 
 

@@ -1,8 +1,8 @@
 """The install manifests (manifests/), the Dockerfile and .dockerignore.
 
 Every YAML document under manifests/ is loaded; built-in kinds are validated strictly against the bundled Kubernetes
-OpenAPI schemas (kubernetes_validate, offline), the rest against the fields documented in shared/reference:
-KubeSchedulerConfiguration `extenders` (extender.md 2.4), BalloonsPolicy (nri-cpumanager.md 1b), cert-manager.
+OpenAPI schemas (kubernetes_validate, offline), the rest against the fields their upstream types define:
+KubeSchedulerConfiguration `extenders`, BalloonsPolicy, cert-manager.
 The webhook configurations, RBAC, Deployments and kustomizations are checked for the properties the design relies on.
 The three kustomize builds are rendered (with the kube peer's kubectl) and validated too.
 
@@ -24,7 +24,7 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv
 
-from placement.config import load_settings
+from server.inputs import load_settings
 from tests.peers.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +57,7 @@ CUSTOM_KINDS = {
     ("cert-manager.io/v1", "Certificate"),
 }
 
-# What our servers answer (see the brief / DESIGN.md): path -> {(group, resource): operations}.
+# What our servers answer: path -> {(group, resource): operations}.
 SERVED = {
     "/mutate": {("", "pods"): {"CREATE"}},
     "/validate": {
@@ -68,14 +68,14 @@ SERVED = {
     },
 }
 
-# DESIGN.md, "The one switch and its knobs".
+# The one switch and its knobs: the keys the settings ConfigMap may hold.
 SETTINGS_KEYS = {
     "kubernetes_cpu_policy", "nri_enabled", "preflight", "nri_deployment_profile", "nri_reserved_cpu_list",
     "nri_balloon_prefix", "mm_kubelet_threads_per_core", "require_amx", "amx_node_label", "numa_count_label",
     "scheduler_name", "scoring_strategy", "nri_cpu_request", "nri_config_namespace",
 }
 
-# extender.md 2.4, `staging/src/k8s.io/kube-scheduler/config/v1/types.go` (json names, exact).
+# `staging/src/k8s.io/kube-scheduler/config/v1/types.go` Extender (json names, exact).
 EXTENDER_KEYS = {
     "urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb", "enableHTTPS", "tlsConfig",
     "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable",
@@ -93,10 +93,10 @@ LEADER_ELECTION_KEYS = {
     "resourceNamespace",
 }
 PROFILE_KEYS = {"schedulerName", "percentageOfNodesToScore", "plugins", "pluginConfig"}
-# The routes the extender serves (DESIGN.md, "Extender protocol").
+# The routes the extender serves.
 EXTENDER_VERBS = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "preemptVerb": "preempt", "bindVerb": "bind"}
 
-# nri-cpumanager.md 1b: BalloonsPolicy spec = balloons.Config + control, log, instrumentation, agent.
+# BalloonsPolicy spec = balloons.Config + control, log, instrumentation, agent (nri-plugins' config/v1alpha1).
 BALLOONS_POLICY_KEYS = {
     "pinCPU", "pinMemory", "reservedResources", "availableResources", "reservedPoolNamespaces",
     "allocatorTopologyBalancing", "preferSpreadOnPhysicalCores", "balloonTypes", "preserve", "showContainersInNrt",

@@ -16,7 +16,7 @@ import yaml
 from placement.balloons import node_balloons_policy
 from placement.config import Settings
 from placement.topology import linux_layout
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 from tests.support.webhook import Answer, MakeWebhook, Obj, Webhook, balloons_policy, decisions, node, review, running
 
 
@@ -222,7 +222,7 @@ async def test_reserved_balloon_counts_other_than_one_are_admitted_with_a_warnin
 
 
 async def test_a_plain_tp2_type_is_admitted_with_a_warning(wh: Webhook) -> None:
-    # What manifests/examples/balloonspolicy.yaml used to be (the seed guide's shape): plain TP>1 types.
+    # What manifests/examples/balloonspolicy.yaml used to be (the usual hand-written shape): plain TP>1 types.
     plain = {"apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
              "metadata": {"name": "default", "namespace": "kube-system"},
              "spec": {"reservedResources": {"cpu": "12"}, "balloonTypes": [

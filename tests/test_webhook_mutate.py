@@ -29,7 +29,7 @@ from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.quantity import cpu_milli, memory_bytes
 from server.app import Runtime
-from server.cli import demo_text, load_objects
+from server.sources import demo_text, load_objects
 from tests.support.payloads import fixture_json
 from tests.support.servers import serving
 from tests.support.webhook import (
@@ -56,7 +56,7 @@ from webhook.routes import TIMINGS, fits_every_replica
 
 # The demo fleet mixes SMT widths (cpu-nosmt has SMT off): a doubled request is kept on nodes of SMT width 2.
 SMT2 = {"key": "feature.node.kubernetes.io/cpu-hardware_multithreading", "operator": "NotIn", "values": ["false"]}
-# Where the contract lets the webhook write (DESIGN.md, "Outputs the webhook writes").
+# Where the contract lets the webhook write: the only paths its patches may touch.
 WRITABLE = ("/metadata/annotations", "/spec/affinity", "/spec/schedulerName", "/spec/containers/",
             "/spec/initContainers/")
 

@@ -19,7 +19,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from placement.cluster import ClusterState
-from placement.config import Settings, load_settings
+from placement.config import Settings
+from server.inputs import load_settings
 from tests.support.payloads import fixture_json
 from tests.support.webhook import (
     TP,

@@ -64,6 +64,7 @@ from typing import Any
 
 import yaml
 
+from placement.quantity import cpu_milli
 from placement.topology import CPUSet
 from tests.oracle.sysfs import NodeShape, write_sysfs
 from tests.peers.build import PEERS, _go, build
@@ -100,13 +101,9 @@ class Pod:
 
 
 def millicpus(quantity: str | int | float | None) -> int:
-    """A Kubernetes CPU quantity ("16", "500m", 2.5) in milli-CPUs."""
-    if quantity is None:
-        return 0
-    text = str(quantity)
-    if text.endswith("m"):
-        return int(text[:-1])
-    return round(float(text) * 1000)
+    """A CPU quantity in milli-CPUs as the kubelet hands it to the runtime: Quantity.MilliValue rounds up, so a
+    sub-milli fraction is read the way the ledger reads it."""
+    return 0 if quantity is None else cpu_milli(quantity)
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ def policy_spec(group: Group) -> dict[str, Any]:
             if btype["name"].startswith(NUMA_TYPE) and rng.random() < 0.5:
                 btype["maxCPUs"] = rng.choice((8, 16, 24))
     elif group.policy in ("plain", "plain-shared"):
-        # The seed guide's shape: one plain hide-hyperthreads type per TP, the reserved type for kube-system only.
+        # The usual hand-written shape: one plain hide-hyperthreads type per TP, the reserved type for kube-system only.
         spec["balloonTypes"] = [{"name": "reserved", "namespaces": ["kube-system"]}] + [
             {"name": f"vllm-balloon-tp{tp}", "hideHyperthreads": True,
              **({"preferNewBalloons": True} if group.policy == "plain" else {})}

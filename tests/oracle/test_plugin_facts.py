@@ -1,6 +1,6 @@
-"""What the real balloons plugin does, pinned on the plugin itself (issue 12's list of facts).
+"""What the real balloons plugin does, pinned on the plugin itself.
 
-Where the plugin differs from issue 12 or DESIGN.md, these assert what the plugin does.
+Where the plugin differs from what its documentation suggests, these assert what the plugin does.
 """
 
 from __future__ import annotations
