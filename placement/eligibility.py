@@ -14,7 +14,7 @@ nodes the scheduler could really use.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 NO_SCHEDULE, NO_EXECUTE = "NoSchedule", "NoExecute"  # PreferNoSchedule only scores
@@ -98,7 +98,7 @@ def _nothing(value: str | None) -> bool:
 def _requirement(req: Mapping[str, Any]) -> Test | None:
     """One label NodeSelectorRequirement, read once; None when kube-scheduler cannot parse it."""
     op, key = req.get("operator"), req.get("key")
-    values = [str(v) for v in req.get("values") or ()]
+    values = [str(v) for v in _sequence(req.get("values"))]
     if not isinstance(key, str) or not _label_key(key) or not all(_label_value(v) for v in values):
         return None
     chosen = frozenset(values)
@@ -144,12 +144,12 @@ class _Term(NamedTuple):
 def _term(term: Mapping[str, Any]) -> _Term:
     labels: list[tuple[str, Test]] = []
     names: list[tuple[bool, str]] = []
-    for req in term.get("matchExpressions") or ():
+    for req in _sequence(term.get("matchExpressions")):
         test = _requirement(req) if isinstance(req, Mapping) else None
         if test is None:
             return _Term((), (), False)
         labels.append((str(req["key"]), test))
-    for req in term.get("matchFields") or ():
+    for req in _sequence(term.get("matchFields")):
         values = req.get("values") if isinstance(req, Mapping) else None
         if not isinstance(values, list) or len(values) != 1 or req.get("operator") not in ("In", "NotIn"):
             return _Term((), (), False)
@@ -182,15 +182,18 @@ class Eligibility:
     __slots__ = ("_first_terms", "amx_label", "node_name", "selector", "terms", "tolerations")
 
     def __init__(self, spec: Mapping[str, Any], amx_label: str = "") -> None:
-        self.selector = tuple((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items())
+        # A field of the wrong JSON type (the apiserver never sends one; a fuzzer does) is read as absent.
+        self.selector = tuple((str(k), str(v)) for k, v in _mapping(spec.get("nodeSelector")).items())
         self.node_name = str(spec.get("nodeName") or "")
-        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(REQUIRED)
+        affinity = _mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
+        required = affinity.get(REQUIRED)
+        required = None if required is None else _mapping(required)
+        terms = _sequence(required.get("nodeSelectorTerms")) if required is not None else ()
         # Set but with no (or only empty) terms: it matches no node (an empty NodeSelectorTerm is skipped).
         self.terms = None if required is None else tuple(
-            _term(t) for t in required.get("nodeSelectorTerms") or ()
-            if isinstance(t, Mapping) and (t.get("matchExpressions") or t.get("matchFields")))
-        self._first_terms = required.get("nodeSelectorTerms") or () if required is not None else ()
-        self.tolerations = tuple(t for t in spec.get("tolerations") or () if isinstance(t, Mapping))
+            _term(t) for t in terms if isinstance(t, Mapping) and (t.get("matchExpressions") or t.get("matchFields")))
+        self._first_terms = terms
+        self.tolerations = tuple(t for t in _sequence(spec.get("tolerations")) if isinstance(t, Mapping))
         self.amx_label = amx_label  # named as such in a reason: the AMX expression is ours
 
     def allows(self, node: SchedulingNode) -> bool:
@@ -230,7 +233,7 @@ class Eligibility:
         for term in self._first_terms:
             if not isinstance(term, Mapping):
                 continue
-            for req in term.get("matchExpressions") or ():
+            for req in _sequence(term.get("matchExpressions")):
                 test = _requirement(req) if isinstance(req, Mapping) else None
                 key = str(req.get("key")) if isinstance(req, Mapping) else ""
                 if test is not None and test(labels.get(key)):
@@ -242,7 +245,7 @@ class Eligibility:
                                 "a node with AMX")
                 return Miss("node-affinity", f"required node affinity {_shown(req)}: {_has(labels, key)}"
                                              f"{'' if test is not None else _UNPARSED}", change)
-            for req in term.get("matchFields") or ():
+            for req in _sequence(term.get("matchFields")):
                 if not _term({"matchFields": [req]}).matches(node.name, labels):
                     return Miss("node-pin", f"required node affinity on fields {_shown(req)}"
                                                  f"{'' if _term({'matchFields': [req]}).parsed else _UNPARSED}",
@@ -257,9 +260,17 @@ _UNPARSED = " (kube-scheduler cannot parse it: it matches no node)"
 def _shown(req: Any) -> str:
     if not isinstance(req, Mapping):
         return repr(req)
-    values = req.get("values") or []
+    values = list(_sequence(req.get("values")))
     return f"{req.get('key')} {req.get('operator')}{' ' + ','.join(map(str, values)) if values else ''}"
 
 
 def _has(labels: Mapping[str, str], key: str) -> str:
     return f"the node has {key}={labels[key]}" if key in labels else f"the node has no label {key}"
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _sequence(value: object) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else ()

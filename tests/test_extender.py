@@ -40,14 +40,6 @@ def demo_nodes(objects: list[Obj]) -> list[Obj]:
     return [o for o in objects if o["kind"] == "Node"]
 
 
-
-
-
-
-
-
-
-
 # ------------------------------------------------------------------------------------------- wire shape
 
 
@@ -73,6 +65,23 @@ async def test_filter_nodelist_form_answers_the_passing_node_objects(ext: Ext, d
     passed = [n for n in nodes if n["metadata"]["name"] != "cpu-full"]
     assert answer["Nodes"]["items"] == passed  # the full objects, unchanged, in the order sent
     assert list(answer["FailedNodes"]) == ["cpu-full"] and answer["Error"] == ""
+
+
+async def test_scheduling_fields_of_the_wrong_type_are_read_as_absent_not_a_500(ext: Ext) -> None:
+    """The fuzzer's `tolerations: true` was a 500 (a bool is not iterable); the apiserver never sends one, but
+    the extender answers every candidate all the same."""
+    baseline = (await ext.filter(model_pod(), DEMO_NODES))["NodeNames"]
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    for i, (field, value) in enumerate((("tolerations", True), ("nodeSelector", "gpu"), ("affinity", []),
+                                        ("affinity", {"nodeAffinity": {required: {"nodeSelectorTerms": True}}}))):
+        pod = model_pod(uid=f"wrong-type-{i}")  # a pod of its own: the extender keeps what it read of a uid
+        pod["spec"][field] = value
+        status, answer = await ext.raw("/filter", args_nodecache(pod, DEMO_NODES))
+        assert status == 200 and answer["Error"] == "", (field, value, answer)
+        judged = answer["NodeNames"] + list(answer["FailedNodes"]) + list(answer["FailedAndUnresolvableNodes"])
+        assert sorted(judged) == DEMO_NODES, (field, value, answer)
+        # As if the field were absent; required terms that are not a list match no node, as an empty list does.
+        assert answer["NodeNames"] == ([] if i == 3 else baseline), (field, value, answer)
 
 
 async def test_filter_fixture_payloads_as_shipped(ext: Ext) -> None:
