@@ -380,3 +380,25 @@ def test_a_request_past_what_cpu_shares_carry_is_refused() -> None:
     assert fitmod.fit(demand(256, tp=8), led, 2, "MostAllocated").ok
     over = fitmod.fit(demand(288, tp=8), led, 2, "MostAllocated")
     assert (over.check, over.resolvable) == (fitmod.REQUEST_OVER_SHARES, False) and "256 CPUs" in over.reason
+
+
+def test_a_placement_that_leaves_a_sliver_of_a_numa_node_scores_below_one_that_does_not() -> None:
+    """Packing prefers the fuller node, but not when it leaves a NUMA node with 1-3 free cores, which no rank
+    takes: those strand (the fleet benchmark's ours arm stranded 332 cores against stock's 72 before this)."""
+    d = demand(12)  # 6 cores, one NUMA node
+
+    def node_with_free(free: int) -> NodeLedger:
+        led = ledger([16, 16])
+        for numa in (0, 1):
+            taken = led.free()[numa] - free
+            led.hold(fitmod.Holding(f"uid-{numa}", f"llm/other-{numa}", None, "vllm-balloon-tp1", ((numa, taken),)))
+        assert led.free() == (free, free)
+        return led
+
+    sliver, roomy = fitmod.fit(d, node_with_free(7), 2, "MostAllocated"), fitmod.fit(d, node_with_free(10), 2,
+                                                                                       "MostAllocated")
+    assert sliver.ok and roomy.ok and sliver.per_numa == roomy.per_numa == ((0, 6),)
+    assert sliver.score < roomy.score, (sliver.score, roomy.score)  # 1 core left behind against 4
+    exact = fitmod.fit(d, node_with_free(6), 2, "MostAllocated")
+    assert exact.score > roomy.score, (exact.score, roomy.score)  # filling a NUMA node whole is no sliver
+
