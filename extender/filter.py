@@ -118,7 +118,7 @@ class Judge:
         self._pods: OrderedDict[str, PodRef] = OrderedDict()
         self._memos: OrderedDict[ModelDemand, _Memo] = OrderedDict()
         # node name -> (its ledger, shape id, balloon types with maxBalloons there)
-        self._nodes: dict[str, tuple[NodeLedger, int, frozenset[str]]] = {}
+        self._nodes: dict[str, tuple[NodeLedger, int]] = {}
         # shape -> (id, the policy: holding it keeps its id() from being reused while the shape is known)
         self._shapes: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.fits_asked = 0  # fits computed (verdict cache misses), for the log line
@@ -220,24 +220,19 @@ class Judge:
             self._memos.popitem(last=False)
         return memo
 
-    def _see(self, ledger: NodeLedger) -> tuple[NodeLedger, int, frozenset[str]]:
-        """A node met for the first time, or rebuilt: what `fit` reads of it that only a rebuild changes,
-        as a small id, and the balloon types whose balloon count enters `fit` there."""
-        nri = ledger.nri
-        policy = nri.policy
-        shape = (ledger.capacity, ledger.threads_per_core, id(policy), nri.status, len(ledger.reserved),
-                 ledger.shared_pool_cpus, ledger.numa_memory)
+    def _see(self, ledger: NodeLedger) -> tuple[NodeLedger, int]:
+        """A node met for the first time, or rebuilt: what `fit` reads of it that only a rebuild changes
+        (`fit.shape_key`), as a small id."""
+        shape = fitmod.shape_key(ledger)
         known = self._shapes.get(shape)
         if known is None:
             if len(self._shapes) >= MAX_SHAPES:
                 self._shapes.clear()
                 self._nodes.clear()
                 self._memos.clear()
-            known = self._shapes[shape] = (len(self._shapes), policy)
-        # Types whose next balloon depends on how many there are: maxBalloons, or filled before a new one is made.
-        capped = frozenset(t.name for t in policy.balloon_types if t.max_balloons > 0 or not t.prefer_new_balloons) \
-            if policy else frozenset()
-        entry = self._nodes[ledger.name] = (ledger, known[0], capped)
+            # The policy is kept with its id, so that the id stays its own while the shape is known.
+            known = self._shapes[shape] = (len(self._shapes), ledger.nri.policy)
+        entry = self._nodes[ledger.name] = (ledger, known[0])
         return entry
 
     def _judge(self, key: ModelDemand, ledger: NodeLedger, shape: int, classes: dict[Any, Verdict]) -> Verdict:
@@ -261,16 +256,7 @@ class Judge:
         verdict = classes.get((seen[1],))
         if verdict is not None:
             return verdict
-        cls: tuple[Any, ...] = (seen[1], ledger.free())
-        if key.policy == "nri-balloons":
-            if key.balloon_type in seen[2]:
-                cls += (ledger.count_balloons(key.balloon_type),)
-            # balance-balloons picks the component type with the fewest instances; pinMemory needs memory free.
-            cls += (ledger.instance_key,)
-            if key.memory_bytes:
-                cls += (ledger.free_memory(),)
-        elif key.policy not in fitmod.EXCLUSIVE_POLICIES:
-            cls += (ledger.shared_milli,)
+        cls = (seen[1], *fitmod.fit_key(key, ledger))
         verdict = classes.get(cls)
         if verdict is None:
             verdict = classes[cls] = self._judge(key, ledger, seen[1], classes)

@@ -182,6 +182,34 @@ def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy
     return result
 
 
+def shape_key(ledger: NodeLedger) -> tuple[Any, ...]:
+    """What `fit` reads of a node that only a rebuild changes: its shape, its policy and the plugin's state."""
+    nri_state = ledger.nri
+    return (ledger.capacity, ledger.threads_per_core, id(nri_state.policy), nri_state.status, len(ledger.reserved),
+            ledger.shared_pool_cpus, ledger.numa_memory)
+
+
+def fit_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
+    """Everything else `fit(demand, ledger)` reads, which the ledger's holdings change. Two ledgers with equal
+    `shape_key` and `fit_key` get the same answer (tests/test_ledger_fit.py holds this to `fit` itself), so the
+    extender answers nodes of one class with one `fit`. Kept here, beside `fit`, so that a new input is added to
+    both."""
+    key: tuple[Any, ...] = (ledger.free(), ledger.unsettled > 0)
+    if demand.policy == "nri-balloons":
+        btype = _balloon_type(demand, ledger)
+        # Whose next balloon depends on how many there are: maxBalloons, or filled before a new one is made.
+        if btype is not None and (btype.max_balloons > 0 or not btype.prefer_new_balloons):
+            key += (ledger.count_balloons(btype.name),)
+        key += (ledger.instance_key,)  # balance-balloons picks the component type with the fewest instances
+        if demand.memory_bytes:
+            key += (ledger.free_memory(),)
+        if demand.shared_milli:
+            key += (ledger.shared_growth(demand.namespace, demand.shared_milli),)
+    elif demand.policy not in EXCLUSIVE_POLICIES:
+        key += (ledger.shared_milli,)
+    return key
+
+
 def _fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy: str) -> Fit:
     node = ledger.name
     numa_count = len(ledger.capacity)

@@ -402,3 +402,78 @@ def test_a_placement_that_leaves_a_sliver_of_a_numa_node_scores_below_one_that_d
     exact = fitmod.fit(d, node_with_free(6), 2, "MostAllocated")
     assert exact.score > roomy.score, (exact.score, roomy.score)  # filling a NUMA node whole is no sliver
 
+
+# -- the extender's memo key: what fit reads ----------------------------------------------------------
+
+
+def _apply(led: NodeLedger, op: str, slot: int, cpus: int, tp: int) -> None:
+    uid = f"pod-{slot}"
+    if op == "release":
+        led.release(uid)
+        led.drop_shared(uid)
+    elif op == "shared":
+        led.set_shared(uid, cpus * 250, "reserved")
+    elif op == "unknown" and uid not in led.holdings:
+        led.hold(fitmod.Holding(uid, f"llm/{uid}", None, None, ((slot % len(led.capacity), 1),), unknown=True))
+    elif uid not in led.holdings and uid not in led.shared:
+        fitmod.place(led, uid, demand(cpus, tp=tp), 2, "MostAllocated")
+
+
+key_ops = st.lists(st.tuples(st.sampled_from(["place", "release", "shared", "unknown"]), st.integers(0, 5),
+                             st.integers(1, 24), st.sampled_from([1, 2])), max_size=12)
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(common=key_ops, extra=key_ops, cpus=st.integers(1, 24), tp=st.sampled_from([1, 2]),
+       sidecar=st.sampled_from([0, 500, 3000]), memory=st.sampled_from([0, 2**30]))
+def test_ledgers_alike_to_fit_key_get_the_same_fit(common, extra, cpus, tp, sidecar, memory) -> None:
+    """The extender answers every node of a class with one `fit`: two ledgers of one shape whose `fit_key` is
+    equal must get the same answer, or a node would be told another's verdict."""
+    policy = generated([8, 8], 2)
+    a, b = ledger([8, 8], policy=policy), ledger([8, 8], policy=policy)
+    for step in common:
+        _apply(a, *step)
+        _apply(b, *step)
+    for step in extra:
+        _apply(b, *step)
+    d = replace(demand(cpus, tp=tp), shared_milli=sidecar, namespace="llm", memory_bytes=memory)
+    assert fitmod.shape_key(a) == fitmod.shape_key(b)
+    if fitmod.fit_key(d, a) == fitmod.fit_key(d, b):
+        assert fitmod.fit(d, a, 2, "MostAllocated") == fitmod.fit(d, b, 2, "MostAllocated")
+
+
+def test_a_sidecar_s_room_is_part_of_the_memo_key() -> None:
+    """Two nodes with the same free cores, one of whose reserved balloon is full: a model with a sidecar fits one
+    and not the other, so their keys differ (the extender's key once lacked it and could tell both the same)."""
+    def node(exporter: bool) -> NodeLedger:
+        led = ledger([16, 16])
+        if exporter:
+            led.set_shared("exporter", 4000, "reserved")  # the reserved cpuset's 4 CPUs: no core taken
+        for numa, cores in ((0, 15), (1, 14)):
+            led.hold(fitmod.Holding(f"uid-{numa}", f"llm/other-{numa}", None, "vllm-balloon-tp1", ((numa, cores),)))
+        return led
+
+    full, roomy = node(True), node(False)
+    assert full.free() == roomy.free() == (0, 1)
+    with_sidecar = replace(demand(2), shared_milli=1000, namespace="llm")
+    assert not fitmod.fit(with_sidecar, full, 2, "MostAllocated").ok
+    assert fitmod.fit(with_sidecar, roomy, 2, "MostAllocated").ok
+    assert fitmod.fit_key(with_sidecar, full) != fitmod.fit_key(with_sidecar, roomy)
+
+
+def test_a_pod_of_unknown_placement_is_part_of_the_memo_key() -> None:
+    """Two nodes holding the same cores, one of them for a pod whose placement is unknown: refusals there say
+    so and fits are marked unknown, so their keys differ."""
+    def node(unknown: bool) -> NodeLedger:
+        led = ledger([16, 16])
+        led.hold(fitmod.Holding("uid-x", "llm/x", None, None, ((0, 1),), unknown=unknown))
+        led.hold(fitmod.Holding("uid-y", "llm/y", None, None, ((0, 4), (1, 5))))  # no NUMA node left whole
+        return led
+
+    settled, unsettled = node(False), node(True)
+    assert settled.free() == unsettled.free() and settled.instance_key == unsettled.instance_key
+    too_big = demand(2 * (max(settled.free()) + 1))  # a core more than any NUMA node has free: refused for now
+    assert fitmod.fit(too_big, settled, 2, "MostAllocated").resolvable
+    assert fitmod.fit(too_big, settled, 2, "MostAllocated") != fitmod.fit(too_big, unsettled, 2, "MostAllocated")
+    assert fitmod.fit_key(too_big, settled) != fitmod.fit_key(too_big, unsettled)
+
