@@ -31,6 +31,7 @@ import copy
 import json
 import os
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -176,13 +177,31 @@ def start_null_extender(cluster: Cluster) -> int:
     return port
 
 
+class Profile:
+    """cProfile of our extender's loop thread, by CPU time (bench/profiled.py), while its arm runs; a no-op without
+    `--profile`. The stats of every run so far go to the one file."""
+
+    def __init__(self, cluster: Cluster, on: bool) -> None:
+        self.pid = cluster.components["extender"].proc.pid if on else None  # type: ignore[union-attr]
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGUSR1)
+
+    def stop(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGUSR2)
+
+
 def arm_run(cluster: Cluster, template: dict[str, Any], which: str, namespace: str, pods: int, qps: int | None,
-            null_port: int) -> dict[str, float]:
+            null_port: int, profile: bool) -> dict[str, float]:
     cluster.create_pods(clones(template, namespace, SCHEDULER[which], pods))
     component = "kube-scheduler" if which == "ours" else f"kube-scheduler-{which}"
     before = route_seconds(cluster)
-    rate, wall, cpu = timed_run(cluster, namespace, pods,
-                                lambda: cluster.start_scheduler(component, arm_config(which, qps, null_port)))
+    sampler = Profile(cluster, profile and which == "ours")
+    try:
+        rate, wall, cpu = timed_run(cluster, namespace, pods,
+                                    lambda: cluster.start_scheduler(component, arm_config(which, qps, null_port)))
+    finally:
+        sampler.stop()
     cluster.components[component].stop()
     out = {"rate": rate, **{f"cpu {k}": v for k, v in cpu.items()}}
     if which == "ours":
@@ -192,7 +211,7 @@ def arm_run(cluster: Cluster, template: dict[str, Any], which: str, namespace: s
     return out
 
 
-def run(nodes: int, pods: int, rounds: int, qps: int | None) -> dict[str, Any]:
+def run(nodes: int, pods: int, rounds: int, qps: int | None, profile: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
         cluster = Cluster(Path(tmp))
         try:
@@ -203,7 +222,9 @@ def run(nodes: int, pods: int, rounds: int, qps: int | None) -> dict[str, Any]:
             cluster.create_namespace(TEMPLATE_NS, enabled=True)
             cluster.create_nodes([node(f"node-{i:05d}", numa=2, cores_per_numa=32) for i in range(nodes)])
             cluster.start_model_placement("webhook")
-            cluster.start_model_placement("extender")
+            cluster.start_model_placement("extender", argv0=None if profile is None else [
+                sys.executable, str(Path(__file__).with_name("profiled.py")), str(profile / f"extender-{nodes}.prof"),
+                "-m", "server.cli"])
             null_port = start_null_extender(cluster)
             # One pod through our webhook gives the production shape; the measured pods are its copies, so every
             # scheduler gets the very same pods and the measure is the scheduler's, not the webhook's.
@@ -214,7 +235,8 @@ def run(nodes: int, pods: int, rounds: int, qps: int | None) -> dict[str, Any]:
                 for which in ARMS[i % 3:] + ARMS[:i % 3]:
                     namespace = f"{EXTENDED_NS}-{which}-{i}"
                     cluster.create_namespace(namespace, enabled=False)
-                    runs[which].append(arm_run(cluster, template, which, namespace, pods, qps, null_port))
+                    runs[which].append(arm_run(cluster, template, which, namespace, pods, qps, null_port,
+                                               profile is not None))
                     # Same nodes, empty again for the next run. Forced: with no kubelet, a graceful delete of a
                     # bound pod never completes.
                     cluster.api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
@@ -239,12 +261,17 @@ def main() -> int:
     p.add_argument("--qps", type=int, default=None,
                    help="kube-scheduler's API client qps and burst, all three schedulers (default: the manifests', "
                         "i.e. kube-scheduler's 50 and 100, which cap the plain scheduler's own binds)")
+    p.add_argument("--profile", type=Path, default=None,
+                   help="a folder: our extender's loop thread profiled by CPU time during its runs "
+                        "(extender-NODES.prof, pstats)")
     args = p.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     goals = {1000: 0.8, 5000: 0.5}
     rows = []
     for n in args.nodes:
         load = os.getloadavg()
-        rows.append({**run(n, args.pods, args.rounds, args.qps), "load": (load, os.getloadavg())})
+        rows.append({**run(n, args.pods, args.rounds, args.qps, args.profile), "load": (load, os.getloadavg())})
     print("| nodes | pods × rounds | client qps | ours (pods/s) | null extender | plain | ours / plain (goal) [each round] "
           "| null / plain [each round] | extender share of the cycle | /filter per pod | /prioritize per pod "
           "| /bind per pod | load before → after |")

@@ -112,13 +112,17 @@ async def run(args: argparse.Namespace, settings: Settings, stop: asyncio.Event 
         runtime.call_budget = budget_from_file(args.scheduler_config)
         log.info("extender calls answer within kube-scheduler's httpTimeout", extra={
             "path": args.scheduler_config, "duration_ms": round(runtime.call_budget * 1000)})
+    # Before the source starts: its bulk load restores the thresholds it found once the first list is in.
+    tune_gc()
     if runtime.api_client is not None:
         from server.kubesource import KubeSource
 
-        runtime.source = KubeSource(runtime.cluster, runtime.api_client)
+        # Every ledger built once the first list is in, before the collector freezes the state: left to be built
+        # lazily, the first scheduling cycles paid for them (the first /filter of 500 names on a 100,000-pod fleet
+        # took 170 ms) and they stayed in the collector's sight.
+        runtime.source = KubeSource(runtime.cluster, runtime.api_client, on_synced=runtime.cluster.ledgers)
         runtime.source.start()
     app = build_app(runtime, component)
-    tune_gc()
     if tls is not None:
         await tls.start()
     runtime.background += [
