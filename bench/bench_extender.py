@@ -196,7 +196,7 @@ def build_fleet(n_nodes: int, n_pods: int, seed: int = 7) -> list[dict[str, Any]
 
 # -- the server process ---------------------------------------------------------------------------------
 
-def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any) -> None:
+def serve(n_nodes: int, n_pods: int, gc_mode: str, loop: str, conn: Any) -> None:
     import asyncio
 
     from aiohttp import web
@@ -204,6 +204,7 @@ def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any) -> None:
     from placement.cluster import ClusterState
     from placement.config import Settings
     from server.app import Runtime
+    from server.cli import loop_factory
     from server.logs import JSONFormatter
     from server.runner import build_app
 
@@ -250,37 +251,47 @@ def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any) -> None:
         conn.send((port, built, len(cluster.pods), sum(1 for r in cluster.pods.values() if r.model)))
         await asyncio.Event().wait()
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+        runner.run(main())
 
 
 class GcPauses:
     """What the server process spent in the cyclic collector and in building ledgers during each request, added to
-    its Server-Timing header (`gc;dur=`, `ledgers;desc=N`): a slow call says whether a collection or a cold ledger
-    made it slow. POST /bench/profile starts a cProfile of every request (body "start") or ends it and answers its
-    top entries (body "stop")."""
+    its Server-Timing header (`cpu;dur=` the request's CPU ms on the loop thread, `gc;dur=` wall ms, `gccpu;dur=` its thread's CPU ms, `gcgen;desc=` the oldest
+    generation collected, -1 for none, `ledgers;desc=N`): a slow call says whether a collection or a cold ledger made
+    it slow, and, on a machine busy with other work, whether the collection was long or only descheduled. POST
+    /bench/profile starts a cProfile of every request (body "start") or ends it and answers its top entries (body
+    "stop")."""
 
     def __init__(self) -> None:
-        self.total = 0.0
-        self._began = 0.0
+        self.wall = self.cpu = 0.0
+        self.oldest = -1
+        self._began = (0.0, 0.0)
         self.profiler: Any = None
         gc.callbacks.append(self._callback)
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._began = time.perf_counter()
+            self._began = (time.perf_counter(), time.thread_time())
         else:
-            self.total += time.perf_counter() - self._began
+            self.wall += time.perf_counter() - self._began[0]
+            self.cpu += time.thread_time() - self._began[1]
+            self.oldest = max(self.oldest, info["generation"])
 
     @property
     def middleware(self) -> Any:
         from aiohttp import web
 
+        from extender.routes import JUDGE
         from server.app import RUNTIME
 
         @web.middleware
         async def timed(request: Any, handler: Any) -> Any:
             cluster = request.app[RUNTIME].cluster
-            gc_before, built_before = self.total, len(cluster._ledgers)
+            judge = request.app[JUDGE]
+            wall, cpu, built_before, fits = self.wall, self.cpu, len(cluster._ledgers), judge.fits_asked
+            began = time.thread_time()
+            self.oldest = -1
             if self.profiler is not None:
                 self.profiler.enable()
             try:
@@ -288,10 +299,12 @@ class GcPauses:
             finally:
                 if self.profiler is not None:
                     self.profiler.disable()
-            gc_ms = (self.total - gc_before) * 1000
             built = len(cluster._ledgers) - built_before
-            response.headers["Server-Timing"] = (f"{response.headers.get('Server-Timing', 'app;dur=nan')}, "
-                                                 f"gc;dur={gc_ms:.3f}, ledgers;desc={built}")
+            response.headers["Server-Timing"] = (
+                f"{response.headers.get('Server-Timing', 'app;dur=nan')}, cpu;dur={(time.thread_time() - began) * 1000:.3f}, "
+                f"gc;dur={(self.wall - wall) * 1000:.3f}, "
+                f"gccpu;dur={(self.cpu - cpu) * 1000:.3f}, gcgen;desc={self.oldest}, ledgers;desc={built}, "
+                f"fits;desc={judge.fits_asked - fits}")
             return response
         return timed
 
@@ -355,6 +368,15 @@ class Client:
         return chunk
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far, every thread, the event loop's transports too."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def _timing(part: str) -> tuple[str, float]:
     """One Server-Timing metric as (name, its dur or desc)."""
     name, _, rest = part.strip().partition(";")
@@ -414,7 +436,7 @@ def calibration() -> str:
     return f"{os.cpu_count()} CPUs, load average {load}; a bare Python loop iteration takes {per:.0f} ns"
 
 
-def tail_case(client: Client, rng: random.Random, names: list[str], calls: int) -> dict[str, Any]:
+def tail_case(client: Client, rng: random.Random, names: list[str], calls: int, pid: int) -> dict[str, Any]:
     """From the server's first request on, nothing discarded: `calls` pods, each /filter then /prioritize with the
     nodes that passed, 500 names each. One call in 50 is the first pod of a model never asked about (a CPU request
     of its own); the others are replicas of the 12 usual models or of those new ones. Returns the calls."""
@@ -422,7 +444,9 @@ def tail_case(client: Client, rng: random.Random, names: list[str], calls: int) 
 
     usual: set[tuple[int, int, str]] = set()
     fresh: list[tuple[int, int, str]] = []
+    firsts: dict[tuple[int, int, str], int] = {}  # model -> the call of its first pod
     out = []
+    cpu = process_cpu(pid)
     for k in range(calls):
         if k % 50 == 0:
             model = new_model(rng, k, new_shape=True)
@@ -433,16 +457,21 @@ def tail_case(client: Client, rng: random.Random, names: list[str], calls: int) 
             model = new_model(rng, k)
         first = model not in usual
         usual.add(model)
+        since = firsts.setdefault(model, k)
         pod = pending_pod(rng, 1_000_000 + k, model=model)
         f_rt, f_srv, answer = client.post("/filter", orjson.dumps(
             {"Pod": pod, "Nodes": None, "NodeNames": rng.sample(names, 500)}))
         f_timing = client.timing
         p_rt, p_srv, _ = client.post("/prioritize", orjson.dumps(
             {"Pod": pod, "Nodes": None, "NodeNames": answer["NodeNames"]}))
-        out.append({"k": k, "first": first, "model": model, "rt": f_rt + p_rt, "filter": f_rt, "prioritize": p_rt,
-                    "server": f_srv + p_srv, "gc": f_timing["gc"] + client.timing["gc"],
-                    "ledgers": f_timing["ledgers"] + client.timing["ledgers"]})
-    return {"calls": out}
+        out.append({"k": k, "first": first, "since": since, "model": model, "rt": f_rt + p_rt, "filter": f_rt, "prioritize": p_rt,
+                    "server": f_srv + p_srv, "cpu": f_timing["cpu"] + client.timing["cpu"],
+                    "gc": f_timing["gc"] + client.timing["gc"],
+                    "gccpu": f_timing["gccpu"] + client.timing["gccpu"],
+                    "gcgen": max(f_timing["gcgen"], client.timing["gcgen"]),
+                    "ledgers": f_timing["ledgers"] + client.timing["ledgers"],
+                    "fits": f_timing["fits"] + client.timing["fits"]})
+    return {"calls": out, "process_cpu": (process_cpu(pid) - cpu) * 1000 / calls}
 
 
 def print_tail(tail: dict[str, Any]) -> bool:
@@ -455,14 +484,29 @@ def print_tail(tail: dict[str, Any]) -> bool:
     print(f"  /filter + /prioritize: p50 {pct(rt, 50):.2f}, p99 {pct(rt, 99):.2f}, max {max(rt):.2f} "
           f"(/filter p99 {pct([c['filter'] for c in calls], 99):.2f}, /prioritize p99 "
           f"{pct([c['prioritize'] for c in calls], 99):.2f}); goal p99 <= 5 ms")
+    print(f"  the server process's CPU (every thread, transports too): {tail['process_cpu']:.2f} ms per pod")
     print(f"  the first pod of a model ({len(firsts)} of them): p50 {pct(firsts, 50):.2f}, max {max(firsts):.2f}; "
           f"goal <= 25 ms")
-    print(f"  in the server: GC {sum(c['gc'] for c in calls):.1f} ms in all, {sum(c['gc'] > 0 for c in calls)} calls "
-          f"with a collection; ledgers built {sum(c['ledgers'] for c in calls):.0f}")
-    print("  the slowest 8: call, first of its model?, round trip, server, of it GC, ledgers built")
+    collected = [c for c in calls if c["gcgen"] >= 0]
+    print(f"  in the server: GC {sum(c['gc'] for c in calls):.1f} ms in all (CPU {sum(c['gccpu'] for c in calls):.1f}),"
+          f" in {len(collected)} calls (of them {sum(c['gcgen'] == 2 for c in calls)} full collections); ledgers "
+          f"built {sum(c['ledgers'] for c in calls):.0f}")
+    print("  the server's CPU for the pair, by kind of call: p50, p99, max (fits computed per call, median)")
+    kinds = {"the first pod of a model": lambda c: c["first"],
+             "a replica, within 50 calls of its model's first": lambda c: not c["first"] and c["k"] - c["since"] < 50,
+             "a replica, later": lambda c: not c["first"] and c["k"] - c["since"] >= 50,
+             "all": lambda c: True}
+    for kind, which in kinds.items():
+        these = [c for c in calls if which(c)]
+        if these:
+            cpu = [c["cpu"] for c in these]
+            print(f"    {kind} ({len(these)}): {pct(cpu, 50):.2f}, {pct(cpu, 99):.2f}, {max(cpu):.2f} "
+                  f"({statistics.median(c['fits'] for c in these):.0f} fits)")
+    print("  the slowest 8: call, first of its model?, round trip, server, its CPU, of it GC (its CPU, oldest "
+          "generation), ledgers built, fits computed")
     for c in sorted(calls, key=lambda c: -c["rt"])[:8]:
-        print(f"    #{c['k']:<4} {'first' if c['first'] else 'replica':7} {c['rt']:7.2f} {c['server']:7.2f} "
-              f"{c['gc']:7.2f} {c['ledgers']:5.0f}")
+        print(f"    #{c['k']:<4} {'first' if c['first'] else 'replica':7} {c['rt']:7.2f} {c['server']:7.2f} {c['cpu']:7.2f} "
+              f"{c['gc']:7.2f} ({c['gccpu']:.2f}, {c['gcgen']:.0f}) {c['ledgers']:5.0f} {c['fits']:5.0f}")
     print(f"  goals: {'met' if ok else 'MISSED'}")
     if "profile" in tail:
         print("  where the server spent the tail (cProfile of every request, by own time):")
@@ -470,23 +514,24 @@ def print_tail(tail: dict[str, Any]) -> bool:
     return ok
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, loop: str) -> int:
     import orjson
 
     print(f"machine: {calibration()}")
 
     ctx = mp.get_context("fork")
     here, there = ctx.Pipe()
-    proc = ctx.Process(target=serve, args=(args.nodes, args.pods, args.gc, there), daemon=True)
+    proc = ctx.Process(target=serve, args=(args.nodes, args.pods, args.gc, loop, there), daemon=True)
     t0 = time.perf_counter()
     proc.start()
     port, built, pods, model_pods = here.recv()
     print(f"fleet: {args.nodes} nodes, {pods} pods ({model_pods} model pods); ClusterState + ledgers built in "
-          f"{built:.1f} s (server up after {time.perf_counter() - t0:.1f} s); server GC: {args.gc}")
+          f"{built:.1f} s (server up after {time.perf_counter() - t0:.1f} s); server GC: {args.gc}; event loop: {loop}")
     client = Client(port)
     rng = random.Random(11)
     names = [node_name(i) for i in range(args.nodes)]
-    rows: list[tuple[str, int, list[float], list[float], str, float | None]] = []
+    rows: list[tuple[str, int, list[float], list[float], str, float | None, float | None]] = []
+    pid = proc.pid
     serial = 0
 
     def case(label: str, n: int, goal: str, limit: float | None, make: Any, path: str = "/filter") -> dict[str, list[float]]:
@@ -495,6 +540,8 @@ def run(args: argparse.Namespace) -> int:
         server: list[float] = []
         extra: dict[str, list[float]] = {"rt": rt, "server": server, "prio_rt": [], "prio_server": [], "passed": []}
         for k in range(args.requests + args.warmup):
+            if k == args.warmup:
+                cpu = process_cpu(pid)
             serial += 1
             body, follow = make()
             elapsed, srv, answer = client.post(path, body)
@@ -508,7 +555,8 @@ def run(args: argparse.Namespace) -> int:
                     extra["prio_rt"].append(p_elapsed)
                     extra["prio_server"].append(p_srv)
                     extra["passed"].append(len(passed))
-        rows.append((label, n, rt, server, goal, limit))
+        calls = args.requests * (2 if follow is not None else 1)
+        rows.append((label, n, rt, server, goal, limit, (process_cpu(pid) - cpu) * 1000 / calls))
         return extra
 
     def settle() -> None:
@@ -518,7 +566,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.profile:
         client.exchange("/bench/profile", b"start", "text/plain")
-    tail = tail_case(client, rng, names, args.tail)
+    assert proc.pid is not None
+    tail = tail_case(client, rng, names, args.tail, proc.pid)
     if args.profile:
         tail["profile"] = client.exchange("/bench/profile", b"stop", "text/plain")[1].decode()
     serial += args.tail
@@ -544,7 +593,7 @@ def run(args: argparse.Namespace) -> int:
         limit = 5.0 if n == 500 else 25.0
         extra = case("/filter NodeNames, new pod each", n, f"p99 <= {limit:g} ms", limit, make_filter)
         rows.append(("/prioritize after its /filter", n, extra["prio_rt"], extra["prio_server"],
-                     f"p99 <= {limit:g} ms (passed: {statistics.median(extra['passed']):.0f})", limit))
+                     f"p99 <= {limit:g} ms (passed: {statistics.median(extra['passed']):.0f})", limit, None))
         case("/prioritize, new pod", n, f"p99 <= {limit:g} ms", limit, make_cold, "/prioritize")
         case("/filter, new demand (nothing cached)", n, "(no goal: first pod of a model)", None, make_new_shape)
 
@@ -566,18 +615,21 @@ def run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         json.dumps(json.loads(body))
         baseline.append((time.perf_counter() - started) * 1000)
-    rows.append(("  baseline json.loads + json.dumps", 500, baseline, baseline, f"body {len(list_bodies[0]) / 1e6:.2f} MB", None))
+    rows.append(("  baseline json.loads + json.dumps", 500, baseline, baseline, f"body {len(list_bodies[0]) / 1e6:.2f} MB", None, None))
 
     ok = print_tail(tail)
-    print(f"\n{args.requests} requests per case (after {args.warmup} warm-up), one keep-alive connection; ms")
-    print(f"{'case':38} {'nodes':>5} {'p50':>7} {'p99':>7} {'server p50':>10} {'server p99':>10}  goal")
-    print("-" * 100)
-    for label, n, rt, server, goal, limit in rows:
+    print(f"\n{args.requests} requests per case (after {args.warmup} warm-up), one keep-alive connection; ms (process "
+          f"CPU: the server's, per request, /prioritize included where it follows)")
+    print(f"{'case':38} {'nodes':>5} {'p50':>7} {'p99':>7} {'server p50':>10} {'server p99':>10} "
+          f"{'process CPU':>11}  goal")
+    print("-" * 112)
+    for label, n, rt, server, goal, limit, cpu in rows:
         verdict = ""
         if limit is not None:
             verdict = "  ok" if pct(rt, 99) <= limit else "  MISSED"
             ok &= pct(rt, 99) <= limit
-        print(f"{label:38} {n:>5} {pct(rt, 50):7.2f} {pct(rt, 99):7.2f} {pct(server, 50):10.2f} {pct(server, 99):10.2f}  {goal}{verdict}")
+        print(f"{label:38} {n:>5} {pct(rt, 50):7.2f} {pct(rt, 99):7.2f} {pct(server, 50):10.2f} {pct(server, 99):10.2f} "
+              f"{'' if cpu is None else f'{cpu:.2f}':>11}  {goal}{verdict}")
     ratio_rt = pct(extra["rt"], 50) / pct(baseline, 50)
     ratio_srv = pct(extra["server"], 50) / pct(baseline, 50)
     print(f"\nNodeList of 500: round trip p50 {ratio_rt:.2f}x the bare json.loads + json.dumps p50 "
@@ -603,10 +655,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the server's requests of the tail case "
                         "(they run slower: read its figures from a run without)")
     parser.add_argument("--quick", action="store_true", help="1,000 nodes, 20,000 pods, 100 requests")
+    parser.add_argument("--loops", nargs="+", choices=["asyncio", "uvloop"], default=["asyncio", "uvloop"],
+                        help="the server's event loop: the whole run on each, in turn (the client's is its own)")
     args = parser.parse_args(argv)
     if args.quick:
         args.nodes, args.pods, args.requests = 1000, 20_000, 100
-    return run(args)
+    return max(run(args, loop) for loop in args.loops)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ profiler then blames whatever call it was preempted in (a socket write that woke
 from __future__ import annotations
 
 import cProfile
+import os
 import runpy
 import signal
 import sys
@@ -31,4 +32,5 @@ if __name__ == "__main__":
     signal.signal(signal.SIGUSR1, start)
     signal.signal(signal.SIGUSR2, pause)
     sys.argv = [module, *rest]
+    sys.path[0] = os.getcwd()  # where `python -m` looks first, not this script's folder
     runpy.run_module(module, run_name="__main__", alter_sys=True)

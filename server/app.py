@@ -172,7 +172,8 @@ async def serve(
     await site.start()
     sockets = getattr(site._server, "sockets", None)  # an asyncio.Server's; None before start
     bound = sockets[0].getsockname()[1] if sockets else port
-    log.info("listening", extra={"component": app[COMPONENT], "path": f"{'https' if ssl_context else 'http'}://{host}:{bound}"})
+    log.info("listening", extra={"component": app[COMPONENT], "path": f"{'https' if ssl_context else 'http'}://{host}:{bound}",
+                                 "loop": type(loop).__module__.split(".")[0]})
     if on_listening:
         on_listening(bound)
     await stop.wait()
