@@ -72,12 +72,11 @@ def review(serial: int = 0, distinct: bool = False) -> dict:
 
 def _serve(mode: str, loop: str, cert: str, key: str, port_file: str) -> None:
     """mode: ours | ours-no-memo (the webhook without its replica memo) | bare; loop: asyncio | uvloop."""
-    from server.cli import loop_factory
-
     from certs import server_ssl_context
     from placement.cluster import ClusterState
     from placement.config import Settings
     from server.app import Runtime
+    from server.cli import loop_factory
     from server.runner import build_app
     from server.sources import demo_text, load_objects
 

@@ -17,7 +17,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.cli import loop_factory  # noqa: E402
+from server.cli import loop_factory
 
 
 async def filter_(request: web.Request) -> web.Response:

@@ -88,7 +88,7 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
             raise InputError("--event-loop uvloop: uvloop is not installed "
                              "(pip install 'model-placement[uvloop]')") from None
         return None
-    return uvloop.new_event_loop  # type: ignore[no-any-return]
+    return uvloop.new_event_loop
 
 
 def run_server(args: argparse.Namespace, settings: Settings) -> int:
