@@ -21,7 +21,7 @@ COPY extender ./extender
 COPY certs ./certs
 COPY server ./server
 RUN python -m pip wheel --no-deps --wheel-dir /dist . \
- && /opt/venv/bin/pip install "$(echo /dist/*.whl)[uvloop]" \
+ && /opt/venv/bin/pip install /dist/*.whl \
  && /opt/venv/bin/model-placement --help > /dev/null
 
 FROM ${PYTHON_IMAGE}

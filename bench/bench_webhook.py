@@ -12,10 +12,9 @@ characters>` (and its volumeMounts), managedFields' time (to the second); names 
 admission, so there are none. Streams: the replicas of one ReplicaSet, with the webhook's replica memo and
 without it (its hit rate is read from the server's /metrics), and pods of 500 different models (a label each).
 
-    python bench/bench_webhook.py [--requests 6000] [--clients 32] [--rounds 3] [--loops asyncio uvloop]
+    python bench/bench_webhook.py [--requests 6000] [--clients 32] [--rounds 3]
 
-Each arm runs on each of `--loops` (asyncio's own loop, and uvloop's, which `model-placement` uses when the
-`uvloop` extra is installed), the rounds in turn.
+The arms take turns, `--rounds` times (a machine growing busier or quieter favours none); medians.
 """
 
 from __future__ import annotations
@@ -70,13 +69,12 @@ def review(serial: int = 0, distinct: bool = False) -> dict:
 
 # -- the server processes -----------------------------------------------------------------------------
 
-def _serve(mode: str, loop: str, cert: str, key: str, port_file: str) -> None:
-    """mode: ours | ours-no-memo (the webhook without its replica memo) | bare; loop: asyncio | uvloop."""
+def _serve(mode: str, cert: str, key: str, port_file: str) -> None:
+    """mode: ours | ours-no-memo (the webhook without its replica memo) | bare."""
     from certs import server_ssl_context
     from placement.cluster import ClusterState
     from placement.config import Settings
     from server.app import Runtime
-    from server.cli import loop_factory
     from server.runner import build_app
     from server.sources import demo_text, load_objects
 
@@ -106,8 +104,7 @@ def _serve(mode: str, loop: str, cert: str, key: str, port_file: str) -> None:
         Path(port_file).write_text(str(site._server.sockets[0].getsockname()[1]))  # type: ignore[union-attr]
         await asyncio.Event().wait()
 
-    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
-        runner.run(main())
+    asyncio.run(main())
 
 
 # -- the client ---------------------------------------------------------------------------------------
@@ -147,11 +144,10 @@ async def _load(port: int, ca: str, bodies: list[bytes], requests: int, clients:
     return elapsed, latencies, errors
 
 
-def measure(mode: str, requests: int, clients: int, tls_dir: Path, distinct: bool = False,
-            loop: str = "asyncio") -> dict[str, float]:
+def measure(mode: str, requests: int, clients: int, tls_dir: Path, distinct: bool = False) -> dict[str, float]:
     port_file = tls_dir / f"{mode}.port"
     port_file.unlink(missing_ok=True)  # a second run of the same server must not read the first one's port
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", mode, loop, str(tls_dir / "tls.crt"),
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", mode, str(tls_dir / "tls.crt"),
                              str(tls_dir / "tls.key"), str(port_file)], cwd=ROOT)
     try:
         for _ in range(200):
@@ -188,53 +184,45 @@ LABELS = {("bare", False): "bare aiohttp parse+echo", ("ours", False): "model-pl
           ("ours-no-memo", False): "  the same, no replica memo", ("ours", True): "model-placement, 500 models"}
 
 
-def run(requests: int, clients: int, rounds: int, loops: list[str]) -> list[dict[str, object]]:
-    """Every arm on every loop, `rounds` times in turn (a machine growing busier favours none); the medians."""
+def run(requests: int, clients: int, rounds: int) -> list[dict[str, object]]:
     from certs import write_bundle
 
-    runs: dict[tuple[str, bool, str], list[dict[str, float]]] = {}
+    runs: dict[tuple[str, bool], list[dict[str, float]]] = {arm: [] for arm in ARMS}
     with tempfile.TemporaryDirectory() as tmp:
         tls_dir = Path(tmp)
         write_bundle("model-placement-webhook", "model-placement", tls_dir)
         for _ in range(rounds):
-            for loop in loops:
-                for mode, distinct in ARMS:
-                    runs.setdefault((mode, distinct, loop), []).append(
-                        measure(mode, requests, clients, tls_dir, distinct=distinct, loop=loop))
+            for mode, distinct in ARMS:
+                runs[(mode, distinct)].append(measure(mode, requests, clients, tls_dir, distinct=distinct))
+    bare = [m["rps"] for m in runs[("bare", False)]]
     rows: list[dict[str, object]] = []
-    for (mode, distinct, loop), measured in runs.items():
-        med = {key: statistics.median(m[key] for m in measured) for key in measured[0]}
-        bare = [m["rps"] for m in runs[("bare", False, loop)]]
-        row: dict[str, object] = {"variant": LABELS[(mode, distinct)], "loop": loop, **med}
+    for (mode, distinct), measured in runs.items():
+        row: dict[str, object] = {"variant": LABELS[(mode, distinct)],
+                                  **{key: statistics.median(m[key] for m in measured) for key in measured[0]}}
         if mode != "bare":
             row["ratio"] = statistics.median(m["rps"] / b for m, b in zip(measured, bare))
             row["goal"] = 0.8 if distinct else None
-            first = [m["rps"] for m in runs[("bare", False, loops[0])]]
-            row["ratio_first"] = statistics.median(m["rps"] / b for m, b in zip(measured, first))
         rows.append(row)
     return rows
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        _serve(*sys.argv[2:7])
+        _serve(*sys.argv[2:6])
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=6000)
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--loops", nargs="+", choices=["asyncio", "uvloop"], default=["asyncio", "uvloop"],
-                   help="the servers' event loops, each arm on each (the client stays on asyncio's)")
     args = p.parse_args()
     load = os.getloadavg()[0]
-    rows = run(args.requests, args.clients, args.rounds, args.loops)
+    rows = run(args.requests, args.clients, args.rounds)
     print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; medians of {args.rounds} rounds")
-    print(f"{'variant':<30} {'loop':<8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'memo hits':>9}  "
-          f"ratio to bare, same loop [to bare on {args.loops[0]}]")
+    print(f"{'variant':<30} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'memo hits':>9}  ratio to bare")
     for r in rows:
-        ratio = "baseline" if "ratio" not in r else f"{r['ratio']:.2f} [{r['ratio_first']:.2f}]" + (
+        ratio = "baseline" if "ratio" not in r else f"{r['ratio']:.2f}" + (
             f" (goal ≥ {r['goal']})" if r.get("goal") else "")
-        print(f"{r['variant']:<30} {r['loop']:<8} {r['rps']:>8.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
+        print(f"{r['variant']:<30} {r['rps']:>8.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
               f"{r['errors']:>6.0f} {100 * float(r['memo_hits']):>8.0f}%  {ratio}")
 
 

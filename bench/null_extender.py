@@ -2,22 +2,15 @@
 no work: /filter passes every candidate, /prioritize states no preference. bench/bench_scheduler.py runs it as a
 fourth arm: what any extender on this stack costs per pod before it judges anything, the floor under ours.
 
-    python bench/null_extender.py --listen 127.0.0.1:PORT [--event-loop auto|uvloop|asyncio]
+    python bench/null_extender.py --listen 127.0.0.1:PORT
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import sys
-from pathlib import Path
 
 import orjson
 from aiohttp import web
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from server.cli import loop_factory
 
 
 async def filter_(request: web.Request) -> web.Response:
@@ -35,14 +28,12 @@ async def prioritize(request: web.Request) -> web.Response:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--listen", default="127.0.0.1:0")
-    p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto")
     args = p.parse_args()
     host, port = args.listen.rsplit(":", 1)
     app = web.Application(client_max_size=256 * 1024 * 1024)
     app.router.add_post("/filter", filter_)
     app.router.add_post("/prioritize", prioritize)
-    web.run_app(app, host=host, port=int(port), access_log=None, print=None,
-                loop=(loop_factory(args.event_loop) or asyncio.new_event_loop)())
+    web.run_app(app, host=host, port=int(port), access_log=None, print=None)
 
 
 if __name__ == "__main__":

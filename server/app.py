@@ -172,8 +172,7 @@ async def serve(
     await site.start()
     sockets = getattr(site._server, "sockets", None)  # an asyncio.Server's; None before start
     bound = sockets[0].getsockname()[1] if sockets else port
-    log.info("listening", extra={"component": app[COMPONENT], "path": f"{'https' if ssl_context else 'http'}://{host}:{bound}",
-                                 "loop": type(loop).__module__.split(".")[0]})
+    log.info("listening", extra={"component": app[COMPONENT], "path": f"{'https' if ssl_context else 'http'}://{host}:{bound}"})
     if on_listening:
         on_listening(bound)
     await stop.wait()

@@ -77,26 +77,11 @@ def run_certs(args: argparse.Namespace) -> int:
                              extra_sans=args.ip)
 
 
-def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop when it is installed (the `uvloop` extra) and not declined; None: asyncio's own."""
-    if choice == "asyncio":
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        if choice == "uvloop":
-            raise InputError("--event-loop uvloop: uvloop is not installed "
-                             "(pip install 'model-placement[uvloop]')") from None
-        return None
-    return uvloop.new_event_loop
-
-
 def run_server(args: argparse.Namespace, settings: Settings) -> int:
     from server.runner import run
 
     try:
-        with asyncio.Runner(loop_factory=loop_factory(args.event_loop)) as runner:
-            return runner.run(run(args, settings))
+        return asyncio.run(run(args, settings))
     except OSError as exc:
         # gaierror: --host names no address this machine can resolve (its errno is an EAI_* code).
         if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
@@ -208,8 +193,6 @@ def parser() -> argparse.ArgumentParser:
               help="on SIGTERM, how long readiness is false before the listener closes")
         _flag(s, "--extender-body-limit", type=_positive(int), default=None, metavar="BYTES", shown="256 MiB",
               help="largest /filter or /prioritize request body")
-        _flag(s, "--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
-              help="auto: uvloop when installed (the uvloop extra), else asyncio's own loop")
         _flag(s, "--scheduler-config", metavar="FILE", default=None, shown="kube-scheduler's 5 s",
               help="the KubeSchedulerConfiguration that calls this extender: /bind and /preempt answer within "
               "its httpTimeout")

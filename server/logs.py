@@ -11,7 +11,7 @@ import orjson
 # Fields callers pass with `extra=`; anything else set on a record by the logging module is noise.
 FIELDS = ("component", "verb", "pod", "node", "nodes_in", "nodes_out", "decision", "check", "reason",
           "policy", "duration_ms", "uid", "kind", "error", "count", "path", "status", "assumed_node",
-          "fingerprint", "serial", "not_after", "cert_file", "first_reasons", "demand", "free", "warnings", "loop")
+          "fingerprint", "serial", "not_after", "cert_file", "first_reasons", "demand", "free", "warnings")
 
 
 class JSONFormatter(logging.Formatter):
