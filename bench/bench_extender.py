@@ -654,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds the server idles before the cases with a goal (it warms its verdicts)")
     parser.add_argument("--gc", choices=("server", "default", "freeze", "tuned"), default="server",
                         help="server process GC: as `model-placement extender` does; as Python ships; gc.freeze() "
-                             "after the state is built; freeze and gc.set_threshold(7000, 10, 1000)")
+                             "after the state is built; freeze and gc.set_threshold(7000, 2, 1000)")
     parser.add_argument("--tail", type=int, default=1000, help="pods of the tail case, the first thing measured")
     parser.add_argument("--tail-new", type=int, default=200, metavar="N",
                         help="in the tail, one pod in N is the first of a model never asked about")
