@@ -1,23 +1,25 @@
-"""The real kube-scheduler placing pending model pods: with our extender, with an extender that does no work, and
+"""The real kube-scheduler placing pending model pods: with our extender, with extenders that do no work, and
 without any, same run.
 
-    python bench/bench_scheduler.py [--nodes 1000 5000] [--pods 300] [--rounds 3] [--qps N]
+    python bench/bench_scheduler.py [--nodes 1000 5000] [--pods 300] [--rounds 3] [--qps N] [--profile DIR]
 
 For each fleet size: one control plane (tests/e2e/cluster.py), N empty 2-NUMA Xeon nodes, model-placement
-installed from its chart. Three kube-scheduler configurations from the same binary and the manifests' configuration:
+installed from its chart. Four kube-scheduler configurations from the same binary and the manifests' configuration:
 - ours: as the manifests give it (profile model-placement-scheduler);
 - null: the `extenders:` stanza pointed at tests/peers/nullextender (a Go server whose /filter passes every candidate
   and whose /prioritize states no preference, in the same scheme as ours, no bindVerb): what calling any extender costs
   kube-scheduler here, apart from what the extender itself spends;
+- pynull: the same null extender in Python on aiohttp and orjson (bench/null_extender.py), as ours is built: the
+  floor of an extender on that stack before it judges anything (plain HTTP only; skipped under HTTPS);
 - plain: the `extenders:` stanza removed.
 Each round places `--pods` pods with each, in turn (the order rotates between rounds, so a machine growing busier or
 quieter favours none): the pods are created while that scheduler is stopped, then it is started; pods/s is the bound
 pods over the time from the first bind seen (one watch) to the last; then they are deleted. All get the same pods:
 copies of one pod as our webhook mutated it (20 models), differing only in schedulerName. The figures are medians
-over the rounds, each ratio the median of the rounds' own ratios to plain; the machine's load average is printed.
-The extender's share: the seconds our server spent answering /filter and /prioritize (its own request-duration
-metric) over the wall time of the run; /bind runs off the scheduling cycle and is shown apart. CPU per placed pod is
-read for every process from /proc over the same span.
+over the rounds, each ratio the median of the rounds' own ratios; the machine's load average is printed. Per pod, the
+milliseconds our server spent answering /filter, /prioritize and /bind (its own request-duration metric). CPU per
+placed pod is read for every process from /proc over the same span; the goals: our extender's at most 1.5x the Go
+null extender's, kube-scheduler's with ours within 1 ms of its own with the Go null, throughput ours / Go null ≥ 0.9.
 
 kube-scheduler's own API client is limited to 50 requests/s (burst 100) unless its configuration says otherwise, and
 the manifests leave it: the plain scheduler then binds at that rate once the burst is spent, while with our extender
@@ -31,6 +33,7 @@ import copy
 import json
 import os
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -100,12 +103,13 @@ def cpu_seconds(cluster: Cluster) -> dict[str, float]:
         if comp.alive():
             assert comp.proc is not None
             fields = Path(f"/proc/{comp.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[name.removesuffix("-plain").removesuffix("-null")] = (int(fields[11]) + int(fields[12])) / TICK
+            out[name.removesuffix("-plain").removesuffix("-pynull").removesuffix("-null")] = \
+                (int(fields[11]) + int(fields[12])) / TICK
     return out
 
 
-def timed_run(cluster: Cluster, namespace: str, pods: int, start: Any) -> tuple[float, float, dict[str, float]]:
-    """(pods/s, wall seconds, CPU ms per pod of each component): `start` launches the scheduler; measured from
+def timed_run(cluster: Cluster, namespace: str, pods: int, start: Any) -> tuple[float, dict[str, float]]:
+    """(pods/s, CPU ms per pod of each component): `start` launches the scheduler; measured from
     its first bind to the last."""
     binds = Binds(cluster, namespace)
     try:
@@ -119,7 +123,7 @@ def timed_run(cluster: Cluster, namespace: str, pods: int, start: Any) -> tuple[
     times = sorted(binds.times.values())
     wall = times[-1] - times[0]
     placed = len(times) - 1
-    return placed / wall, wall, {k: 1000 * (after[k] - before[k]) / placed for k in after if k in before}
+    return placed / wall, {k: 1000 * (after[k] - before[k]) / placed for k in after if k in before}
 
 
 def clones(template: dict[str, Any], namespace: str, scheduler: str, count: int) -> list[dict[str, Any]]:
@@ -142,57 +146,80 @@ def clones(template: dict[str, Any], namespace: str, scheduler: str, count: int)
     return out
 
 
-ARMS = ("ours", "null", "plain")
-SCHEDULER = {"ours": "model-placement-scheduler", "null": "bench-null", "plain": "bench-plain"}
+ARMS = ("ours", "null", "pynull", "plain")
+SCHEDULER = {"ours": "model-placement-scheduler", "null": "bench-null", "pynull": "bench-pynull", "plain": "bench-plain"}
 
 
-def arm_config(which: str, qps: int | None, null_port: int) -> Any:
+def arm_config(which: str, qps: int | None, null_ports: dict[str, int]) -> Any:
     """The edit of the manifests' KubeSchedulerConfiguration for one arm. `qps` sets kube-scheduler's own API client
     rate (clientConnection qps and burst); None leaves the manifests' (kube-scheduler's defaults, 50 and 100). Ours
-    is otherwise as given. Null keeps the extender stanza pointed at the null extender: the same scheme, filter and
-    prioritize only. Plain drops it. Those two get their own profile and no leader election."""
+    is otherwise as given. Null (and pynull) keep the extender stanza pointed at the (Python) null extender: the same
+    scheme, filter and prioritize only. Plain drops it. Those two get their own profile and no leader election."""
     def edit(config: dict[str, Any]) -> None:
         if qps is not None:
             config.setdefault("clientConnection", {}).update(qps=qps, burst=qps)
         if which == "ours":
             return
         ours = config.pop("extenders")[0]
-        if which == "null":
+        if which in ("null", "pynull"):
+            port = null_ports[which]
             config["extenders"] = [{**{k: v for k, v in ours.items() if k not in ("bindVerb", "preemptVerb")},
-                                    "urlPrefix": f"{ours['urlPrefix'].split(':', 1)[0]}://127.0.0.1:{null_port}"}]
+                                    "urlPrefix": f"{ours['urlPrefix'].split(':', 1)[0]}://127.0.0.1:{port}"}]
         config["profiles"] = [{"schedulerName": SCHEDULER[which]}]
         config["leaderElection"] = {"leaderElect": False}
     return edit
 
 
-def start_null_extender(cluster: Cluster) -> int:
-    """The null extender in the scheme ours is called in (the manifests: plain HTTP on loopback)."""
-    port = free_port()
+def start_null_extenders(cluster: Cluster) -> dict[str, int]:
+    """The Go null extender in the scheme ours is called in (the manifests: plain HTTP on loopback), and the Python
+    one (bench/null_extender.py, plain HTTP only): their ports by arm."""
+    ports = {"null": free_port(), "pynull": free_port()}
     tls = [f"--tls-cert={cluster.tls.cert_file}", f"--tls-key={cluster.tls.key_file}"] \
         if cluster.scheme("extender") == "https" else []
     cluster.components["null-extender"] = Component(
-        "null-extender", [str(build("nullextender")), f"--listen=127.0.0.1:{port}", *tls],
+        "null-extender", [str(build("nullextender")), f"--listen=127.0.0.1:{ports['null']}", *tls],
         cluster.logs / "null-extender.log").start()
-    return port
+    if cluster.scheme("extender") == "http":
+        cluster.components["pynull-extender"] = Component(
+            "pynull-extender", [sys.executable, str(Path(__file__).with_name("null_extender.py")),
+                                f"--listen=127.0.0.1:{ports['pynull']}"], cluster.logs / "pynull-extender.log").start()
+    return ports
+
+
+class Profile:
+    """cProfile of our extender's loop thread, by CPU time (bench/profiled.py), while its arm runs; a no-op without
+    `--profile`. The stats of every run so far go to the one file."""
+
+    def __init__(self, cluster: Cluster, on: bool) -> None:
+        self.pid = cluster.components["extender"].proc.pid if on else None  # type: ignore[union-attr]
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGUSR1)
+
+    def stop(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGUSR2)
 
 
 def arm_run(cluster: Cluster, template: dict[str, Any], which: str, namespace: str, pods: int, qps: int | None,
-            null_port: int) -> dict[str, float]:
+            null_ports: dict[str, int], profile: bool) -> dict[str, float]:
     cluster.create_pods(clones(template, namespace, SCHEDULER[which], pods))
     component = "kube-scheduler" if which == "ours" else f"kube-scheduler-{which}"
     before = route_seconds(cluster)
-    rate, wall, cpu = timed_run(cluster, namespace, pods,
-                                lambda: cluster.start_scheduler(component, arm_config(which, qps, null_port)))
+    sampler = Profile(cluster, profile and which == "ours")
+    try:
+        rate, cpu = timed_run(cluster, namespace, pods,
+                                    lambda: cluster.start_scheduler(component, arm_config(which, qps, null_ports)))
+    finally:
+        sampler.stop()
     cluster.components[component].stop()
     out = {"rate": rate, **{f"cpu {k}": v for k, v in cpu.items()}}
     if which == "ours":
         after = route_seconds(cluster)
-        ms = {r: 1000 * (after.get(r, 0) - before.get(r, 0)) / pods for r in ("/filter", "/prioritize", "/bind")}
-        out.update(ms, share=(ms["/filter"] + ms["/prioritize"]) * pods / 1000 / wall)
+        out.update({r: 1000 * (after.get(r, 0) - before.get(r, 0)) / pods for r in ("/filter", "/prioritize", "/bind")})
     return out
 
 
-def run(nodes: int, pods: int, rounds: int, qps: int | None) -> dict[str, Any]:
+def run(nodes: int, pods: int, rounds: int, qps: int | None, profile: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
         cluster = Cluster(Path(tmp))
         try:
@@ -203,18 +230,21 @@ def run(nodes: int, pods: int, rounds: int, qps: int | None) -> dict[str, Any]:
             cluster.create_namespace(TEMPLATE_NS, enabled=True)
             cluster.create_nodes([node(f"node-{i:05d}", numa=2, cores_per_numa=32) for i in range(nodes)])
             cluster.start_model_placement("webhook")
-            cluster.start_model_placement("extender")
-            null_port = start_null_extender(cluster)
+            cluster.start_model_placement("extender", argv0=None if profile is None else [
+                sys.executable, str(Path(__file__).with_name("profiled.py")), str(profile / f"extender-{nodes}.prof"),
+                "-m", "server.cli"])
+            null_ports = start_null_extenders(cluster)
             # One pod through our webhook gives the production shape; the measured pods are its copies, so every
             # scheduler gets the very same pods and the measure is the scheduler's, not the webhook's.
             cluster.create_pods([model_pod("template", TEMPLATE_NS, tp=1, cpu="16")])
             template = cluster.pods(TEMPLATE_NS)[0]
             runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
             for i in range(rounds):
-                for which in ARMS[i % 3:] + ARMS[:i % 3]:
+                for which in ARMS[i % len(ARMS):] + ARMS[:i % len(ARMS)]:
                     namespace = f"{EXTENDED_NS}-{which}-{i}"
                     cluster.create_namespace(namespace, enabled=False)
-                    runs[which].append(arm_run(cluster, template, which, namespace, pods, qps, null_port))
+                    runs[which].append(arm_run(cluster, template, which, namespace, pods, qps, null_ports,
+                                               profile is not None))
                     # Same nodes, empty again for the next run. Forced: with no kubelet, a graceful delete of a
                     # bound pod never completes.
                     cluster.api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
@@ -239,32 +269,46 @@ def main() -> int:
     p.add_argument("--qps", type=int, default=None,
                    help="kube-scheduler's API client qps and burst, all three schedulers (default: the manifests', "
                         "i.e. kube-scheduler's 50 and 100, which cap the plain scheduler's own binds)")
+    p.add_argument("--profile", type=Path, default=None,
+                   help="a folder: our extender's loop thread profiled by CPU time during its runs "
+                        "(extender-NODES.prof, pstats)")
     args = p.parse_args()
-    goals = {1000: 0.8, 5000: 0.5}
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     rows = []
     for n in args.nodes:
         load = os.getloadavg()
-        rows.append({**run(n, args.pods, args.rounds, args.qps), "load": (load, os.getloadavg())})
-    print("| nodes | pods × rounds | client qps | ours (pods/s) | null extender | plain | ours / plain (goal) [each round] "
-          "| null / plain [each round] | extender share of the cycle | /filter per pod | /prioritize per pod "
-          "| /bind per pod | load before → after |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        rows.append({**run(n, args.pods, args.rounds, args.qps, args.profile), "load": (load, os.getloadavg())})
+    print("| nodes | pods × rounds | client qps | ours (pods/s) | Go null | Python null | plain "
+          "| ours / Go null (goal ≥ 0.9) [each round] | ours / plain | Go null / plain | Python null / plain "
+          "| /filter per pod | /prioritize per pod | /bind per pod | load before → after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        goal, med = goals.get(r["nodes"]), r["med"]
-        ours, null = (", ".join(f"{x:.2f}" for x in r["ratios"][arm]) for arm in ("ours", "null"))
+        med, ratios = r["med"], r["ratios"]
+        to_null = [o / n for o, n in zip(ratios["ours"], ratios["null"])]
         print(f"| {r['nodes']:,} | {r['pods']} × {r['rounds']} | {r['qps'] or '50 (default)'} "
-              f"| {med['ours']['rate']:.1f} | {med['null']['rate']:.1f} | {med['plain']['rate']:.1f} "
-              f"| **{statistics.median(r['ratios']['ours']):.2f}**{f' (≥ {goal})' if goal else ''} [{ours}] "
-              f"| {statistics.median(r['ratios']['null']):.2f} [{null}] | {100 * med['ours']['share']:.0f} % "
+              f"| {med['ours']['rate']:.1f} | {med['null']['rate']:.1f} | {med['pynull']['rate']:.1f} "
+              f"| {med['plain']['rate']:.1f} | **{statistics.median(to_null):.2f}** "
+              f"[{', '.join(f'{x:.2f}' for x in to_null)}] | {statistics.median(ratios['ours']):.2f} "
+              f"| {statistics.median(ratios['null']):.2f} | {statistics.median(ratios['pynull']):.2f} "
               f"| {med['ours']['/filter']:.1f} ms | {med['ours']['/prioritize']:.1f} ms | {med['ours']['/bind']:.1f} ms "
               f"| {r['load'][0][0]:.1f} → {r['load'][1][0]:.1f} |")
-    print("\nCPU ms per placed pod, each process (median over the rounds): ours / null extender / plain")
+    print(f"\nCPU ms per placed pod, each process (median over the rounds): {' / '.join(ARMS)}")
     print("| nodes | " + " | ".join(rows[0]["cpu"]) + " | all |")
     print("|---|" + "---|" * (len(rows[0]["cpu"]) + 1))
     for r in rows:
         cells = [" / ".join(f"{v:.1f}" for v in values) for values in r["cpu"].values()]
         totals = " / ".join(f"{sum(v[i] for v in r['cpu'].values()):.1f}" for i in range(len(ARMS)))
         print(f"| {r['nodes']:,} | " + " | ".join(cells) + f" | {totals} |")
+    print("\nGoals, CPU ms per placed pod (medians):")
+    for r in rows:
+        cpu = r["cpu"]
+        ours, go, py = cpu["extender"][0], cpu["null-extender"][1], cpu.get("pynull-extender", (0,) * 4)[2]
+        sched = cpu["kube-scheduler"]
+        print(f"  {r['nodes']:,} nodes: our extender {ours:.1f} / the Go null extender {go:.1f} = {ours / go:.2f}x "
+              f"(goal ≤ 1.5x: {'met' if ours <= 1.5 * go else 'not met'}; the Python null extender {py:.1f}); "
+              f"kube-scheduler with ours {sched[0]:.1f}, with the Go null {sched[1]:.1f}: "
+              f"{sched[0] - sched[1]:+.1f} ms (goal within 1 ms: {'met' if sched[0] - sched[1] <= 1 else 'not met'})")
     return 0
 
 

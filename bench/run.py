@@ -25,8 +25,7 @@ HERE = Path(__file__).resolve().parent
 BENCHES: list[tuple[str, list[str], list[str]]] = [
     # name, full arguments, --quick arguments
     ("webhook /mutate over TLS", [], ["--requests", "1500"]),
-    # The server freezes and tunes the GC after loading its state (server/runner.tune_gc): so does this.
-    ("extender /filter + /prioritize", ["--gc", "tuned"], ["--quick", "--gc", "tuned"]),
+    ("extender /filter + /prioritize", [], ["--quick"]),
     ("list+watch initial sync", [], ["--nodes", "1000", "--pods", "30000"]),
     ("fleet: stock vs model-placement on virtual nodes", [], ["--nodes", "8", "--events", "200"]),
     ("cold fit per node", [], ["--rounds", "2"]),

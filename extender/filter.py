@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -44,6 +44,7 @@ MAX_DEMANDS = 64  # distinct demands whose verdicts are kept (each: up to one pe
 MAX_WHERES = 64  # distinct node constraints (selector, affinity, tolerations) whose node answers are kept
 MAX_MEMO_CLASSES = 50_000  # a demand asked for hours in a changing cluster starts over past this
 MAX_SHAPES = 100_000  # distinct node shapes before the shape table starts over
+MAX_REFUSALS = 10_000  # distinct refusal sentences shared before that table starts over
 MIN_SCORE, MAX_SCORE = 0, 10  # extender/v1 MinExtenderPriority, MaxExtenderPriority
 
 
@@ -70,8 +71,9 @@ class PodRef:
 
 
 class Verdict(NamedTuple):
-    # A tuple of atoms, which the cyclic collector stops tracking: a warmed Judge holds tens of
-    # thousands of verdicts, and every tracked one would lengthen the collector's pauses.
+    # The cyclic collector untracks only exact tuples, so every Verdict stays in its sight: a warmed Judge refers to
+    # tens of thousands, and made one per refusal they made young collections of 30,000-47,000 objects pause the
+    # loop 7-31 ms. So there are few: the fits are `_FITS`, and each refusal is made once (`Judge._refusal`).
     ok: bool
     resolvable: bool  # could evicting pods make it fit? (FailedNodes vs FailedAndUnresolvableNodes)
     score: int  # 0..10 when it fits, else 0
@@ -117,11 +119,12 @@ class Judge:
         self.settings = cluster.settings
         self._pods: OrderedDict[str, PodRef] = OrderedDict()
         self._memos: OrderedDict[ModelDemand, _Memo] = OrderedDict()
-        # node name -> (its ledger, shape id, balloon types with maxBalloons there)
+        # node name -> (its ledger, shape id)
         self._nodes: dict[str, tuple[NodeLedger, int]] = {}
         # shape -> (id, the policy: holding it keeps its id() from being reused while the shape is known)
         self._shapes: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.fits_asked = 0  # fits computed (verdict cache misses), for the log line
+        self._refusals: dict[tuple[bool, str], Verdict] = {}
         # where -> (the cluster's node generation, node name -> why it is not offered, None when it is)
         self._wheres: OrderedDict[bytes, tuple[int, dict[str, Miss | None]]] = OrderedDict()
 
@@ -240,11 +243,19 @@ class Judge:
         fit = self.cluster.fit(key, ledger)
         if fit.ok:
             return _FITS[max(MIN_SCORE, min(MAX_SCORE, fit.score))]
-        verdict = Verdict(False, fit.resolvable, MIN_SCORE, explain(key, fit))
+        verdict = self._refusal(fit.resolvable, explain(key, fit))
         if not fit.resolvable:
             # What the node holds does not enter this refusal (see `fitmod.fit`): every node of this shape
             # shares it, whatever each holds.
             classes[(shape,)] = verdict
+        return verdict
+
+    def _refusal(self, resolvable: bool, message: str) -> Verdict:
+        verdict = self._refusals.get((resolvable, message))
+        if verdict is None:
+            if len(self._refusals) >= MAX_REFUSALS:
+                self._refusals.clear()  # the verdicts already told stay as they are; only their sharing starts over
+            verdict = self._refusals[(resolvable, message)] = Verdict(False, resolvable, MIN_SCORE, message)
         return verdict
 
     def _classify(self, key: ModelDemand, ledger: NodeLedger, classes: dict[Any, Verdict]) -> Verdict:
@@ -283,13 +294,11 @@ class Judge:
         self._sync(memo)
         told = memo.verdicts
         out = list(map(told.get, names))
-        if len(told) < len(names) or None in out:
-            ledger_of = self.cluster.ledger
-            for i, name in enumerate(names):
-                if out[i] is None:
-                    ledger = ledger_of(name)
-                    if ledger is not None:
-                        out[i] = told[name] = self._classify(key, ledger, memo.classes)
+        ledger_of = self.cluster.ledger
+        for i in _holes(out):
+            ledger = ledger_of(names[i])
+            if ledger is not None:
+                out[i] = told[names[i]] = self._classify(key, ledger, memo.classes)
         return out
 
     def warm(self, budget: float) -> bool:
@@ -312,6 +321,18 @@ class Judge:
                 if time.perf_counter() >= deadline:
                     return True
         return False
+
+
+def _holes(values: list[Any]) -> Iterator[int]:
+    """Where `values` holds None. Found by `list.index`, at C speed: after a bind only the node it changed has lost
+    its verdict, and a loop over 1,000 verdicts in Python cost more than judging that one node."""
+    i = -1
+    while True:
+        try:
+            i = values.index(None, i + 1)
+        except ValueError:
+            return
+        yield i
 
 
 @dataclass(slots=True)

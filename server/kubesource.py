@@ -279,7 +279,8 @@ class KubeSource:
     """Keeps ``state`` in step with the apiserver. ``start()`` on the loop thread; ``stop()`` from any thread.
 
     ``on_event(kind, type, obj)`` is called on the loop thread after every ``state.apply`` (watch events, later
-    pages of the first list, and relist differences); ``replace`` calls are not reported.
+    pages of the first list, and relist differences); ``replace`` calls are not reported. ``on_synced()`` is called
+    on the loop thread once, when the first full list of every kind is in, before the collector freezes the state.
     Counters (dicts keyed by kind, for metrics): ``relists`` (lists forced by 410 Gone), ``watch_restarts``
     (watches reopened without a relist), ``events_applied`` (``apply`` calls), ``objects_listed``, ``errors``
     (failed list/watch attempts), ``apply_errors``; ``resource_versions`` is where each watch resumes.
@@ -291,6 +292,7 @@ class KubeSource:
         api_client: client.ApiClient,
         *,
         on_event: Callable[[str, str, Obj], None] | None = None,
+        on_synced: Callable[[], object] | None = None,
         page_size: int = 500,
         watch_timeout: float = 300.0,
         read_timeout: float = 120.0,
@@ -306,6 +308,7 @@ class KubeSource:
         self._state = state
         self._api = api_client
         self._on_event = on_event
+        self._on_synced = on_synced
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.read_timeout = read_timeout
@@ -667,6 +670,11 @@ class KubeSource:
         known.synced = True
         if self.synced:
             log.info("cluster state synced", extra={"objects": dict(self.objects_listed)})
+            if self._on_synced is not None:
+                try:
+                    self._on_synced()
+                except Exception:
+                    log.exception("on_synced failed")
             if self._gc is not None:
                 self._gc.end()
             if self._synced_event is not None:

@@ -386,8 +386,9 @@ class Cluster:
             out.append(arg)
         return out
 
-    def start_model_placement(self, which: str) -> Component:
-        """Our webhook (`which` = webhook) or extender, with the args and env of its container."""
+    def start_model_placement(self, which: str, argv0: list[str] | None = None) -> Component:
+        """Our webhook (`which` = webhook) or extender, with the args and env of its container; `argv0` runs the
+        module some other way than `python -m server.cli`."""
         deployment, name, sa = OURS[which]
         container = self.container(deployment, name)
         mounts = self.materialize_volumes(deployment, container)
@@ -396,7 +397,7 @@ class Cluster:
                for e in container.get("env", [])}
         args = self.local_args(container["args"], mounts, kubeconfig, self.ports[which])
         self.mounts[which] = mounts
-        comp = self._component(which, args, env, argv0=[sys.executable, "-m", "server.cli"])
+        comp = self._component(which, args, env, argv0=argv0 or [sys.executable, "-m", "server.cli"])
         self.wait_ready(which)
         return comp
 
