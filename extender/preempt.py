@@ -31,9 +31,9 @@ from urllib.parse import quote
 
 from extender.bind import OutOfTime, api_call
 from extender.filter import Judge, PodRef
-from extender.victims import Candidate, Choice, Outcome, best_node, choose
 from placement.cluster import pod_priority
 from placement.ledger import NodeLedger
+from placement.victims import Candidate, Choice, Outcome, best_node, choose
 from server import metrics
 from server.app import Runtime
 

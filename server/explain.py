@@ -15,13 +15,13 @@ from typing import Any
 
 from extender.filter import describe_demand
 from extender.filter import explain as class_reason
-from extender.victims import Candidate, choose
 from placement import fit as fitmod
 from placement.cluster import ClusterState, PodRecord
 from placement.config import Settings
 from placement.demand import ModelDemand
 from placement.eligibility import Eligibility
 from placement.ledger import NodeLedger
+from placement.victims import Candidate, choose
 from server.inputs import InputError
 from server.sources import load_cluster
 

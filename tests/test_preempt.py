@@ -14,8 +14,8 @@ import pytest
 from kubernetes import client
 
 from extender.preempt import Pdb, candidate, read_pdb
-from extender.victims import Candidate, violations
 from placement.ledger import PLACEMENT, Placed
+from placement.victims import Candidate, violations
 from server.sources import demo_text, load_objects
 from tests.support.extender import Ext, MakeExt, go_json, model_pod, plain_pod
 from tests.support.fakeapi import FakeApiServer
