@@ -47,11 +47,12 @@ if __package__ in (None, ""):  # `python bench/bench_fleet.py` from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from placement.balloons import node_balloons_policy
+from placement.balloonspolicy import GROUP_LABEL
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import read_model_pod
 from placement.mutation import mutate_pod
-from placement.topology import GROUP_LABEL, CPUSet, linux_layout
+from placement.topology import CPUSet, linux_layout
 from tests.e2e.cluster import Cluster
 from tests.e2e.vnode import VirtualNode, start_fleet, stop_fleet
 from tests.oracle.judge import cores_by_numa, rank_per_numa, shared_cores

@@ -24,16 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from placement.balloonspolicy import COMPONENT_BALANCE, RESERVED_TYPE
 from placement.config import Settings
 from placement.demand import VALID_TP, round_up
-from placement.topology import (
-    COMPONENT_BALANCE,
-    PROFILE_RESERVED_CPUS,
-    RESERVED_TYPE,
-    CPUSet,
-    Topology,
-    spread_reserved,
-)
+from placement.topology import PROFILE_RESERVED_CPUS, CPUSet, Topology, spread_reserved
 
 NUMA_TYPE = "vllm-numa-"
 

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 from placement import fit as fitmod
 from placement import nri as nrimod
+from placement.balloonspolicy import BalloonsPolicy, parse_balloons_policy, policy_for_node
 from placement.config import Settings
 from placement.demand import (
     ModelDemand,
@@ -29,13 +30,10 @@ from placement.ledger import PLACEMENT, Holding, NodeLedger, NodeNRI, Placed, St
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
     NUMA_ZONE,
-    BalloonsPolicy,
     CPUSet,
     CPUSetError,
     Topology,
     node_topology,
-    parse_balloons_policy,
-    policy_for_node,
     profile_reserved,
     reserved_from_spec,
 )

@@ -13,10 +13,10 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from placement import nri
+from placement.balloonspolicy import BalloonsPolicy, BalloonType
 from placement.demand import OUT_REQUESTED, ModelDemand, ranks_text, round_up
 from placement.ledger import Holding, NodeLedger
 from placement.quantity import QuantityError, cpu_milli, format_cpu
-from placement.topology import BalloonsPolicy, BalloonType
 
 EXCLUSIVE_POLICIES = ("nri-balloons", "kubelet-static")
 

@@ -18,8 +18,9 @@ from typing import NamedTuple
 import orjson
 
 from placement import inflation
+from placement.balloonspolicy import RESERVED_TYPE, BalloonsPolicy, BalloonType
 from placement.demand import ModelIdentity
-from placement.topology import RESERVED_TYPE, BalloonsPolicy, BalloonType, CPUSet, Topology
+from placement.topology import CPUSet, Topology
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
-from placement.topology import COMPONENT_BALANCE, BalloonsPolicy, BalloonType
+from placement.balloonspolicy import COMPONENT_BALANCE, BalloonsPolicy, BalloonType
 
 # The plugin reads a container's CPU request back from its cpu.shares (pkg/resmgr/cache), and the kubelet's
 # MilliCPUToShares stops at 262,144 shares: 256 CPUs. The oracle showed a 288-CPU request given a 256-CPU balloon.

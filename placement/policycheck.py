@@ -26,21 +26,18 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placement.cluster import ClusterState
-from placement.ledger import NodeLedger
-from placement.quantity import QuantityError, cpu_milli
-from placement.topology import (
+from placement.balloonspolicy import (
     DEFAULT_TYPE,
     GROUP_LABEL,
     RESERVED_TYPE,
     BalloonsPolicy,
-    CPUSet,
-    CPUSetError,
-    Topology,
     parse_balloons_policy,
     policy_for_node,
-    reserved_from_spec,
 )
+from placement.cluster import ClusterState
+from placement.ledger import NodeLedger
+from placement.quantity import QuantityError, cpu_milli
+from placement.topology import CPUSet, CPUSetError, Topology, reserved_from_spec
 
 # Check ids: bounded metric labels.
 UNREADABLE = "policy-unreadable"

@@ -15,18 +15,12 @@ from hypothesis import strategies as st
 
 from placement import fit as fitmod
 from placement.balloons import node_balloons_policy
+from placement.balloonspolicy import BalloonsPolicy, BalloonType, parse_balloons_policy
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import ModelDemand, ModelIdentity
 from placement.ledger import NodeLedger, NodeNRI
-from placement.topology import (
-    BalloonsPolicy,
-    BalloonType,
-    linux_layout,
-    parse_balloons_policy,
-    reserved_from_spec,
-    spread_reserved,
-)
+from placement.topology import linux_layout, reserved_from_spec, spread_reserved
 
 
 def generated(cores_per_numa: list[int], tpc: int = 2) -> BalloonsPolicy:

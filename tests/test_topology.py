@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from placement.balloonspolicy import parse_balloons_policy, policy_for_node
 from placement.topology import (
     CPUSet,
     CPUSetError,
     linux_layout,
     node_topology,
-    parse_balloons_policy,
-    policy_for_node,
     profile_reserved,
     reserved_from_spec,
     spread_reserved,
