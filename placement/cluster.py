@@ -418,7 +418,14 @@ class ClusterState:
             on.add(rec.uid)
             ledger = self._ledgers.get(node)
             if ledger is not None and node not in self._dirty:
-                self._account(ledger, rec)
+                nrt = self.nrts.get(node)
+                if rec.model is not None and nrt is not None and \
+                        f"{rec.namespace}/{rec.name}/{rec.model.container}" in nrt["containers"]:
+                    # The plugin's export already shows where the pod runs (its NRT came before the pod's own
+                    # event): rebuilt, the ledger holds it there, not where we predicted.
+                    self._stale(node)
+                else:
+                    self._account(ledger, rec)
 
     def _unindex(self, rec: PodRecord) -> None:
         self.pods.pop(rec.uid, None)

@@ -56,3 +56,28 @@ def test_exported_balloons_replace_the_prediction_and_flag_a_spread_pod() -> Non
     held = [h for numa in ledger.to_json()["numa"] for h in numa["held"] if h["pod"] == "models/wide"]
     assert len(held) == spans and all(h["observed"] and f"spans {spans} NUMA nodes" in h["problem"] for h in held)
     assert not ledger.holdings["uid-a"].note
+
+
+def test_a_pod_whose_balloon_the_export_showed_first_is_held_where_the_plugin_put_it() -> None:
+    """The plugin's agent can write the NRT before the extender's pod watch delivers the pod bound to the node
+    (seen in tests/e2e: a KServe pod stayed predicted, not observed, until another pod moved the NRT). The pod's
+    own event must then take the exported balloon, not the prediction."""
+    group = Group(seed=7, shape=NodeShape(packages=2, numa_per_package=2, cores_per_numa=16), policy="plain")
+    cluster = ClusterState.from_objects(node_objects(group), SETTINGS)
+    assert cluster.ledger(NODE) is not None  # built before either event, as a running extender has it
+    with BalloonsPeer(group.shape, policy_spec(group)) as node:
+        obj = pod_object("late", "vllm-balloon-tp1", 20)
+        got = node.create(Pod("late", "models", annotations=obj["metadata"]["annotations"]),
+                          Container("vllm", cpu="20", cpu_limit="20"))
+        assert got.ok
+        cluster.apply("NodeResourceTopology", "ADDED", exported_nrt(node))
+        assert cluster.ledger(NODE) is not None  # rebuilt from the export (a /filter or the warm-up reads it)
+        cluster.apply("Pod", "ADDED", obj)
+    ledger = cluster.ledger(NODE)
+    assert ledger is not None
+    want: dict[int, int] = {}
+    for core in {group.shape.core_of(c) for c in got.cpus}:
+        numa = core // group.shape.cores_per_numa
+        want[numa] = want.get(numa, 0) + 1
+    holding = ledger.holdings["uid-late"]
+    assert holding.observed and dict(holding.per_numa) == want, holding
