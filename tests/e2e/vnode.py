@@ -262,19 +262,21 @@ class VirtualNode:
         failed = next(((name, GRPC_WRAPPER.sub("", got.error or "")) for name, got in results.items() if not got.ok),
                       None)
         attempts = self.pods.get(key, {}).get("attempts", 0) + 1
+        # The record first: whoever sees the pod's new status through the apiserver finds the record as new.
         if failed is None:
             self.running[key] = run
             self.pods[key] = {"uid": meta["uid"], "phase": "Running", "attempts": attempts}
+            self._write()
             self._running(pod, run, started)
-        else:
-            self.peer.remove_pod(run.pod)
-            self.pods[key] = {"uid": meta["uid"], "phase": "Pending", "attempts": attempts, "message": failed[1]}
-            self._refused(pod, failed[0], failed[1])
-            delay = BACKOFF_SECONDS * (1 + BACKOFF_JITTER * random.random())
-            timer = self.retries[key] = threading.Timer(delay, self._retry, (key, meta["uid"]))
-            timer.daemon = True
-            timer.start()
+            return
+        self.peer.remove_pod(run.pod)
+        self.pods[key] = {"uid": meta["uid"], "phase": "Pending", "attempts": attempts, "message": failed[1]}
         self._write()
+        self._refused(pod, failed[0], failed[1])
+        delay = BACKOFF_SECONDS * (1 + BACKOFF_JITTER * random.random())
+        timer = self.retries[key] = threading.Timer(delay, self._retry, (key, meta["uid"]))
+        timer.daemon = True
+        timer.start()
 
     def _retry(self, key: str, uid: str) -> None:
         """The pod worker's next sync: the pod as the apiserver has it now, unless it is gone or going."""
