@@ -333,12 +333,10 @@ async def test_list_errors_back_off_capped_then_sync(fake: FakeApiServer, make_s
     seed(fake)
     fake.fail_next_lists("Node", 6, 500)
     state = cluster()
-    started = time.monotonic()
     src = make_source(state, backoff_base=0.01, backoff_cap=0.05)
     assert await src.wait_synced(5)
     assert src.errors["Node"] == 6
     assert 0 < src.last_delays["Node"] <= 0.05
-    assert time.monotonic() - started < 2.0
 
 
 def test_backoff_doubles_is_capped_jittered_and_resets() -> None:
@@ -388,26 +386,22 @@ async def test_event_split_across_chunks_is_reassembled(fake: FakeApiServer, mak
 
 async def test_stop_is_prompt(fake: FakeApiServer, api: client.ApiClient) -> None:
     seed(fake)
-    src = KubeSource(cluster(), api, read_timeout=60, watch_timeout=600, tune_gc=False)
+    src = KubeSource(cluster(), api, read_timeout=600, watch_timeout=600, tune_gc=False)
     src.start()
     assert await src.wait_synced(5)
     await eventually(lambda: fake.watch_count() == 4, what="watches")
-    started = time.monotonic()
-    src.stop()
-    assert time.monotonic() - started < 1.0
+    assert_stops_before_its_timeouts(src)
     assert not any(t.name.startswith("kubesource-") for t in threading.enumerate())
     await eventually(lambda: fake.watch_count() == 0, what="server to see the streams closed")
 
 
 async def test_stop_while_apiserver_down() -> None:
     down = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))  # nothing listens there
-    src = KubeSource(cluster(), down, backoff_base=5.0, backoff_cap=5.0, tune_gc=False)
+    src = KubeSource(cluster(), down, backoff_base=120.0, backoff_cap=120.0, tune_gc=False)
     src.start()
     await asyncio.sleep(0.1)
     assert not src.synced
-    started = time.monotonic()
-    src.stop()
-    assert time.monotonic() - started < 1.0
+    assert_stops_before_its_timeouts(src)
 
 
 # ------------------------------------------------------------------------------------------------- one-shot, bind
@@ -593,3 +587,13 @@ async def test_a_server_keeps_its_collector_thresholds_through_the_first_list(
         await task
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def assert_stops_before_its_timeouts(src: KubeSource) -> None:
+    """stop() returns without waiting out a watch or a read (600 s) or a back-off (120 s): given 30 s, a
+    deadline for a hang, not a measure of speed."""
+    stopper = threading.Thread(target=src.stop)
+    stopper.start()
+    stopper.join(30)
+    assert not stopper.is_alive(), "KubeSource.stop() still waiting after 30 s"
+
