@@ -23,6 +23,7 @@ from placement.demand import (
 from placement.fit import INSUFFICIENT_FREE, nominal_footprint
 from placement.mutation import Mutation, mutate_pod
 from placement.preflight import NRI_FALLBACK, POD_SPEC, REPLICAS, Verdict, preflight
+from placement.refusals import NotMutated
 from placement.vllm import vllm_notes
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
@@ -166,10 +167,7 @@ def validate(subject: Subject, cluster: ClusterState, require_mutated: bool = Fa
     if waiting:
         return Decision(True, mode, verdict.check, waiting, verdict.notes, mutation, verdict, subject.replicas)
     if verdict.allowed and require_mutated and subject.kind == "Pod" and not _mutated(subject.pod):
-        verdict = replace(verdict, allowed=False, check=NOT_MUTATED, message=(
-            f"{demand.pod} was not processed by the model-placement mutating webhook (it has no {OUT_TYPE} "
-            "annotation), so it would run without CPU pinning. The mutating webhook was probably unavailable: "
-            "check `kubectl -n model-placement get pods,endpoints`; a Deployment's ReplicaSet retries on its own."))
+        verdict = replace(verdict, allowed=False, refusal=NotMutated(demand.pod, OUT_TYPE))
     if verdict.allowed:
         return Decision(True, mode, verdict.check, "", verdict.notes, mutation, verdict, subject.replicas)
     if not cluster.settings.nri_enabled and verdict.check in NRI_CHECKS:
@@ -229,7 +227,6 @@ def _mutated(pod: Mapping[str, Any]) -> bool:
     return OUT_TYPE in ((pod.get("metadata") or {}).get("annotations") or {})
 
 
-NOT_MUTATED = "not-mutated"
 # Refusals that depend on what is free now, not on what the workload asks of a node.
 CAPACITY_TODAY = (INSUFFICIENT_FREE, REPLICAS)
 NRI_CHECKS = ("balloon-type-missing", "nri-not-running", "balloon-type-max-cpus", "max-balloons-reached",

@@ -17,13 +17,28 @@ from placement.cluster import ClusterState, pod_priority
 from placement.demand import VALID_TP, ModelDemand
 from placement.ledger import NodeLedger
 from placement.quantity import QuantityError, memory_bytes
+from placement.refusals import (
+    CPU_MISSING,
+    MEMORY_MISSING,
+    NO_ELIGIBLE_NODE,
+    POD_SPEC,
+    REPLICAS,
+    LargerThanAnyNode,
+    NeverFits,
+    NoEligibleNode,
+    NoRoomNow,
+    NotGuaranteed,
+    PodSpecProblems,
+    Refusal,
+    TooFewNumaNodes,
+    TooManyReplicas,
+    UnknownBalloonType,
+    names,
+    render,
+)
 
-# Check ids beyond fit's own.
-POD_SPEC = "pod-spec"
-NO_ELIGIBLE_NODE = "no-eligible-node"
-MEMORY_MISSING = "memory-missing"
-CPU_MISSING = "cpu-missing"
-REPLICAS = "replicas-do-not-fit"
+__all__ = ["CPU_MISSING", "MEMORY_MISSING", "NO_ELIGIBLE_NODE", "POD_SPEC", "REPLICAS"]
+
 NRI_FALLBACK = "nri-resolution-failed"
 NRI_DISABLED = "nri-disabled"
 # Replicas placed one by one, at most. Each copy costs a fit (tens of µs), and the event loop waits: a
@@ -63,12 +78,22 @@ def fallback_text(demand: ModelDemand) -> str:
 @dataclass(frozen=True, slots=True)
 class Verdict:
     allowed: bool
-    check: str  # "fits" or the id of the check that refused
-    message: str  # the whole explanation; empty when it simply fits
+    refusal: Refusal | None = None  # why not, when not allowed
     notes: tuple[str, ...] = field(default=())  # admitted, but worth telling (e.g. the best-effort fallback)
 
-def _names(names: Sequence[str], limit: int = 4) -> str:
-    return ", ".join(names[:limit]) + (", …" if len(names) > limit else "")
+    @property
+    def check(self) -> str:
+        """"fits", or the id of the check that refused."""
+        return self.refusal.check if self.refusal is not None else fitmod.FITS
+
+    @property
+    def message(self) -> str:
+        """The whole explanation; empty when it simply fits."""
+        return render(self.refusal) if self.refusal is not None else ""
+
+
+def _refused(refusal: Refusal, notes: tuple[str, ...] = ()) -> Verdict:
+    return Verdict(False, refusal, notes)
 
 
 def memory_problems(spec: Mapping[str, Any]) -> list[str]:
@@ -110,7 +135,7 @@ def preflight(
     """Can this model (`replicas` copies) be pinned somewhere now? `spec` is the pod spec as it will
     be scheduled (after our mutation), so affinity and the AMX requirement are in it."""
     if demand.problems:
-        return Verdict(False, POD_SPEC, "; ".join(demand.problems))
+        return _refused(PodSpecProblems(demand.problems))
     resolution = resolution or resolve_policy(demand, cluster.iter_eligible(spec), cluster.settings.nri_enabled)
     resolved = replace(demand, resolved_policy=resolution.policy)
     # A node where one pod fits is eligible and has NUMA nodes enough, which settles every check that reads the
@@ -126,53 +151,37 @@ def preflight(
     found = bool(fits) and fits[-1].ok and replicas == 1
     what = f"{demand.pod} (model container {demand.container!r}, {demand.cpus} CPUs, TP={demand.tp})"
     if not eligible:
-        return Verdict(False, NO_ELIGIBLE_NODE, f"{what}: {no_eligible_node(cluster, spec)}")
+        return _refused(NoEligibleNode(what, no_eligible_node(cluster, spec)))
     max_numa = max(ledger.topology.numa_count for ledger in eligible)
     if demand.numa_nodes > max_numa:
-        return Verdict(False, fitmod.TP_EXCEEDS_NUMA,
-                       f"{demand.ranks} needs a node with at least {demand.numa_nodes} NUMA nodes, one per rank; the "
-                       f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have at most {max_numa} "
-                       f"({_names([ledger.name for ledger in eligible])}). Use {_fewer_ranks(demand, max_numa)}, "
-                       "or add a node with "
-                       f"≥{demand.numa_nodes} NUMA nodes.")
+        return _refused(TooFewNumaNodes(demand.ranks, demand.numa_nodes, tuple(ledger.name for ledger in eligible),
+                                        max_numa, _fewer_ranks(demand, max_numa)))
     if resolution.policy == "kubelet-static":
         missing = memory_problems(spec)
         if missing:
-            return Verdict(False, MEMORY_MISSING,
-                           f"{demand.pod}: kubelet-static pins cores only for Guaranteed pods, and container(s) "
-                           f"{', '.join(missing)} set no memory request or limit. Set resources.limits.memory "
-                           "(and the same requests.memory) on every container and init container.")
+            return _refused(NotGuaranteed(demand.pod, tuple(missing), "memory"))
         no_cpu = cpu_problems(spec)
         if no_cpu:
-            return Verdict(False, CPU_MISSING,
-                           f"{demand.pod}: kubelet-static pins cores only for Guaranteed pods, and container(s) "
-                           f"{', '.join(no_cpu)} set no cpu request or limit, so the pod would be Burstable and get "
-                           "no exclusive cores. Set resources.limits.cpu (and the same requests.cpu) on every "
-                           "container and init container; a fractional value such as 100m keeps a sidecar in the "
-                           "shared pool.")
+            return _refused(NotGuaranteed(demand.pod, tuple(no_cpu), "cpu"))
     explicit = demand.balloon_type != f"{cluster.settings.nri_balloon_prefix}{demand.tp}"
     notes: tuple[str, ...] = ()
     if demand.requested_policy == "nri-balloons" and resolution.policy != "nri-balloons":
         if explicit and resolution.reason == NRI_FALLBACK:
             if found:
                 eligible = cluster.eligible(spec)
-            return Verdict(False, fitmod.BALLOON_TYPE_MISSING,
-                           f"{demand.pod} asks for balloon type {demand.balloon_type}, which no BalloonsPolicy "
-                           f"defines for the {len(eligible)} eligible nodes "
-                           f"({_names([ledger.name for ledger in eligible])}) with a running "
-                           "NRI balloons plugin. Add the type to the BalloonsPolicy, or remove the "
-                           "model-manager.io/nri-balloon annotation to use "
-                           f"{cluster.settings.nri_balloon_prefix}{demand.tp}.")
+            return _refused(UnknownBalloonType(demand.pod, demand.balloon_type,
+                                               tuple(ledger.name for ledger in eligible),
+                                               f"{cluster.settings.nri_balloon_prefix}{demand.tp}"))
         if resolution.reason == NRI_FALLBACK:
             notes = (f"{demand.pod} {fallback_text(demand)}",)
     if found:
-        return Verdict(True, fitmod.FITS, "", notes)
+        return Verdict(True, None, notes)
     ranked = rank(fits)
     feasible = [f for f in ranked if f.ok]
     if not feasible:
         preemption = _preemption_room(resolved, pod_priority(spec), eligible, ranked, cluster)
         if preemption:
-            return Verdict(True, fitmod.FITS, "", (*notes, preemption))
+            return Verdict(True, None, (*notes, preemption))
         return _explain_no_fit(resolved, eligible, ranked, cluster)
     if replicas > 1:
         simulated = min(replicas, MAX_SIMULATED_REPLICAS)
@@ -181,13 +190,10 @@ def preflight(
             notes = (*notes, f"{demand.pod}: the pre-flight placed the first {simulated:,} of {replicas:,} replicas "
                              "and stopped there; the others are checked one by one as their pods are created.")
         elif placed < replicas:
-            return Verdict(False, REPLICAS,
-                           f"{demand.pod}: only {placed} of {replicas} replicas fit at once "
-                           f"({fitmod.nominal_footprint(resolved, _width(eligible, cluster)).describe()} each; "
-                           f"{len(feasible)} of {len(eligible)} eligible nodes have room now). "
-                           f"Use replicas: {placed} or fewer, lower the CPU request, or free capacity.",
-                           notes)
-    return Verdict(True, fitmod.FITS, "", notes)
+            footprint = fitmod.nominal_footprint(resolved, _width(eligible, cluster)).describe()
+            return _refused(TooManyReplicas(demand.pod, placed, replicas, footprint, len(feasible), len(eligible)),
+                            notes)
+    return Verdict(True, None, notes)
 
 
 def no_eligible_node(cluster: ClusterState, spec: Mapping[str, Any]) -> str:
@@ -201,8 +207,8 @@ def no_eligible_node(cluster: ClusterState, spec: Mapping[str, Any]) -> str:
         counts.setdefault(miss.reason, []).append(name)
     # A pinned pod: what keeps it off the nodes it is pinned to comes first, the pin itself last.
     ranked = sorted(counts.items(), key=lambda kv: (misses[kv[1][0]].check == "node-pin", -len(kv[1]), kv[0]))
-    shown = "; ".join(f"{len(names)} {'node' if len(names) == 1 else 'nodes'} ({_names(names)}): {reason}"
-                      for reason, names in ranked[:3])
+    shown = "; ".join(f"{len(nodes)} {'node' if len(nodes) == 1 else 'nodes'} ({names(nodes)}): {reason}"
+                      for reason, nodes in ranked[:3])
     more = f"; {len(ranked) - 3} other reasons" if len(ranked) > 3 else ""
     first = misses[counts[ranked[0][0]][0]]
     return (f"kube-scheduler would offer it none of the {len(misses)} nodes: {shown}{more}. "
@@ -278,25 +284,16 @@ def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked:
         checks = {f.check for f in ranked}
         if checks == {fitmod.FOOTPRINT_EXCEEDS_NODE}:
             best = max(eligible, key=lambda ledger: _room_when_empty(ledger, demand))
-            most = _largest_request(demand, best, cluster)
-            advice = f"Request at most cpu: {most} for {demand.ranks}" if most > 0 else "Use a smaller model"
             wider = demand.numa_nodes * 2
-            if wider in VALID_TP and any(ledger.topology.numa_count >= wider for ledger in eligible):
-                advice += f", or use tensor-parallel-size {demand.tp * 2} to spread over more NUMA nodes"
-            return Verdict(False, fitmod.FOOTPRINT_EXCEEDS_NODE,
-                           f"{asked}, more than any of the {len(eligible)} eligible node"
-                           f"{'s' if len(eligible) != 1 else ''} with ≥{demand.numa_nodes} NUMA nodes has even when "
-                           f"empty (largest: {best.name}, {max(best.capacity)} model cores per NUMA node). {advice}.")
-        detail = "; ".join(f"{f.node}: {f.reason}" for f in ranked[:3]) + ("; …" if len(ranked) > 3 else "")
-        return Verdict(False, first.check, f"{asked}, and no eligible node can ever hold it: {detail}")
+            spreads = wider in VALID_TP and any(ledger.topology.numa_count >= wider for ledger in eligible)
+            return _refused(LargerThanAnyNode(asked, len(eligible), demand.numa_nodes, best.name, max(best.capacity),
+                                              _largest_request(demand, best, cluster), demand.ranks,
+                                              demand.tp * 2 if spreads else None))
+        return _refused(NeverFits(asked, tuple((f.node, f.reason) for f in ranked[:3]), len(ranked) > 3, first.check))
     # It could fit an empty node: what is in the way is other pods.
     top = sorted(resolvable, key=lambda f: -sum(by_node[f.node].free()))[:3]
-    free_text = "; ".join(f"{f.node}: {fitmod.fmt_free(by_node[f.node], by_node[f.node].free())}" for f in top)
-    why = "; ".join(dict.fromkeys(f.reason for f in top))
-    return Verdict(False, fitmod.INSUFFICIENT_FREE,
-                   f"{asked}; none of the {len(eligible)} eligible nodes has that free now (most free: {free_text}; "
-                   f"{why}). Scale down or delete another model on these nodes, lower the CPU request, or add "
-                   "capacity.")
+    most_free = tuple((f.node, fitmod.fmt_free(by_node[f.node], by_node[f.node].free())) for f in top)
+    return _refused(NoRoomNow(asked, len(eligible), most_free, tuple(dict.fromkeys(f.reason for f in top))))
 
 
 def _width(eligible: Sequence[NodeLedger], cluster: ClusterState) -> int:
