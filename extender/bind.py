@@ -24,6 +24,7 @@ import orjson
 from extender.filter import Judge, PodRef
 from extender.holds import Holds
 from extender.wire import BindArgs
+from placement.assume import AssumeCache
 from placement.cluster import ClusterState
 from placement.demand import is_model_pod, pod_display_name, read_model_pod
 from placement.ledger import PLACEMENT
@@ -123,13 +124,14 @@ def _placement(cluster: ClusterState, uid: str, ref: PodRef) -> dict[str, str] |
     order of creates and deletes, which a list does not carry."""
     if ref.demand is None:
         return None
-    text = cluster.placement(uid)
+    text = AssumeCache(cluster).placement(uid)
     return {PLACEMENT: text} if text is not None else None
 
 
 async def bind(runtime: Runtime, judge: Judge, holds: Holds, args: BindArgs, deadline: float) -> Bound:
     """`deadline` (time.monotonic) is when kube-scheduler's budget for this call, less a margin, runs out."""
     cluster = runtime.cluster
+    assumed_pods = AssumeCache(cluster)
     if cluster.ledger(args.node) is None:
         holds.release(args.uid)
         return Bound(f"node {args.node} is not known to the extender (not in its cache yet, or deleted)",
@@ -142,14 +144,14 @@ async def bind(runtime: Runtime, judge: Judge, holds: Holds, args: BindArgs, dea
         ref = await _pod(runtime, judge, args, deadline)
     except _Refused as exc:
         if held:
-            cluster.forget(args.uid)
+            assumed_pods.forget(args.uid)
         return Bound(str(exc), exc.result)
     assumed = held
     if ref.demand is not None and not held:
         if ref.unreadable is not None:
             return Bound(ref.unreadable, "no-fit")
         # Nothing awaits between this fit and the hold: no other request can slip in between.
-        fit = cluster.assume(args.uid, args.namespace, args.pod_name, ref.demand, args.node)
+        fit = assumed_pods.assume(args.uid, args.namespace, args.pod_name, ref.demand, args.node)
         if not fit.ok:
             result = fit.check if fit.check in ("unknown-node", "already-bound") else "no-fit"
             return Bound(fit.reason, result)
@@ -157,7 +159,7 @@ async def bind(runtime: Runtime, judge: Judge, holds: Holds, args: BindArgs, dea
     if runtime.api is None:
         # A snapshot has no watch to confirm the binding, and no API to make it: the ledger is the record.
         if assumed:
-            cluster.confirm(args.uid)
+            assumed_pods.confirm(args.uid)
         return Bound("", "bound")
     from server.kubeapi import bind_pod
 
@@ -169,6 +171,6 @@ async def bind(runtime: Runtime, judge: Judge, holds: Holds, args: BindArgs, dea
         return Bound(_late(args, runtime, "the binding"), "timeout")
     except Exception as exc:
         if assumed:
-            cluster.forget(args.uid)
+            assumed_pods.forget(args.uid)
         return Bound(str(exc) or type(exc).__name__, "api-error")
     return Bound("", "bound")

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from extender.filter import PodRef
+from placement.assume import AssumeCache
 from placement.cluster import ClusterState
 
 HOLD_SECONDS = 5.0  # kube-scheduler starts the bind right after the cycle; a permit plugin could delay it
@@ -25,6 +26,7 @@ class Holds:
     def __init__(self, cluster: ClusterState, seconds: float = HOLD_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.cluster = cluster
+        self.assumed = AssumeCache(cluster)
         self.seconds = seconds
         self.clock = clock
         self._held: dict[str, tuple[str, float]] = {}  # uid -> (node, deadline)
@@ -33,7 +35,7 @@ class Holds:
         """Hold `node`'s cores for the pod (moving any earlier hold of it); False when they do not fit."""
         self.release(ref.uid)
         assert ref.demand is not None
-        if not self.cluster.assume(ref.uid, ref.namespace, ref.name, ref.demand, node).ok:
+        if not self.assumed.assume(ref.uid, ref.namespace, ref.name, ref.demand, node).ok:
             return False
         self._held[ref.uid] = (node, self.clock() + self.seconds)
         return True
@@ -44,7 +46,7 @@ class Holds:
 
     def release(self, uid: str) -> None:
         if self._held.pop(uid, None) is not None:
-            self.cluster.forget(uid)
+            self.assumed.forget(uid)
 
     def take(self, uid: str, node: str) -> bool:
         """At /bind: True when the pod's cores on `node` are held already, and the hold is now the bind's;
@@ -54,7 +56,7 @@ class Holds:
             return False
         if entry[0] == node:
             return True
-        self.cluster.forget(uid)
+        self.assumed.forget(uid)
         return False
 
     def expire(self) -> int:

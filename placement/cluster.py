@@ -686,62 +686,18 @@ class ClusterState:
             if demand.identity is not None else ()
         return self.fit(demand, ledger.scratch(evicted=leaving) if leaving else ledger)
 
-    # -- assumed pods (our own /bind) ----------------------------------------------------------------
+    # -- the records the assume cache writes ---------------------------------------------------------
 
-    def assume(self, uid: str, namespace: str, name: str, demand: ModelDemand, node: str) -> fitmod.Fit:
-        """Hold the cores of a pod we are binding, before the watch shows the binding, so the next
-        scheduling cycle cannot be promised the same cores."""
-        ledger = self.ledger(node)
-        if ledger is None:
-            return fitmod.Fit(node, False, "unknown-node", f"node {node} is not known to the extender", False)
-        old = self.pods.get(uid)
-        if old is not None and old.node is not None:
-            return fitmod.Fit(node, False, "already-bound",
-                              f"pod {namespace}/{name} is already bound to node {old.node}", False)
-        now = self.clock()
-        result = self.fit(demand, ledger)
-        if not result.ok:
-            return result
+    def put(self, rec: PodRecord) -> None:
+        """Index a pod record in place of the one of its uid (its cores held or released on its node)."""
         self.generation += 1
-        placed = None if result.unknown else Placed(node, result.per_numa, result.types)
-        rec = PodRecord(uid, namespace, name, node, "Pending", old.created if old else "", demand,
-                        old.shared_milli if old else None, assumed_at=now, priority=old.priority if old else 0,
-                        placed=placed)
+        old = self.pods.get(rec.uid)
         if old is not None:
             self._unindex(old)
         self._index(rec)
-        return result
 
-    def placement(self, uid: str) -> str | None:
-        """The PLACEMENT annotation for a pod we are binding: where we decided it goes; None when that cannot be
-        known (the node holds a pod of unknown placement)."""
+    def drop(self, uid: str) -> None:
         rec = self.pods.get(uid)
-        return rec.placed.annotation() if rec is not None and rec.placed is not None else None
-
-    def confirm(self, uid: str) -> bool:
-        """Our own binding is known to have happened (a snapshot has no watch to show it)."""
-        rec = self.pods.get(uid)
-        if rec is None or rec.assumed_at is None:
-            return False
-        self.generation += 1
-        self._unindex(rec)
-        self._index(rec._replace(assumed_at=None))
-        return True
-
-    def forget(self, uid: str) -> None:
-        """Drop an assumption whose binding failed."""
-        rec = self.pods.get(uid)
-        if rec is not None and rec.assumed_at is not None:
+        if rec is not None:
             self.generation += 1
             self._unindex(rec)
-
-    def expire_assumed(self, ttl: float | None = None) -> list[PodRecord]:
-        ttl = self.settings.assume_ttl_seconds if ttl is None else ttl
-        now = self.clock()
-        stale = [r for r in self.pods.values() if r.assumed_at is not None and now - r.assumed_at > ttl]
-        for rec in stale:
-            self.generation += 1
-            self._unindex(rec)
-            self.log.warning("assumed pod not seen bound in time; releasing its cores", extra={
-                "pod": f"{rec.namespace}/{rec.name}", "node": rec.node, "reason": f"no binding seen in {ttl:g}s"})
-        return stale

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from placement.assume import AssumeCache
 from placement.cluster import ClusterState
 from placement.config import Settings
 from server import metrics
@@ -58,7 +59,7 @@ def tune_gc() -> None:
 async def _expire_assumed(runtime: Runtime, every: float) -> None:
     while True:
         await asyncio.sleep(every)
-        metrics.ASSUMED_EXPIRED.inc(len(runtime.cluster.expire_assumed()))
+        metrics.ASSUMED_EXPIRED.inc(len(AssumeCache(runtime.cluster).expire()))
 
 
 async def _publish_source_metrics(runtime: Runtime, every: float = 5.0) -> None:

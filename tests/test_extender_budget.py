@@ -13,6 +13,7 @@ import yaml
 from kubernetes import client
 
 from extender.schedconfig import SchedulerConfigError, budget_from_file, go_duration, http_timeout
+from placement.assume import AssumeCache
 from tests.support.extender import Ext, MakeExt, model_pod
 from tests.support.fakeapi import FakeApiServer
 from tests.support.process import ServerProcess
@@ -60,7 +61,7 @@ async def test_a_slow_binding_is_answered_before_the_budget_runs_out(slow: Ext, 
     # The apiserver may still bind it: its cores stay assumed until the watch shows it, or they expire.
     ledger = slow.cluster.ledger("cpu-a1")
     assert ledger is not None and ledger.holdings["uid-slow-0"].assumed
-    assert [r.uid for r in slow.cluster.expire_assumed(ttl=0)] == ["uid-slow-0"]
+    assert [r.uid for r in AssumeCache(slow.cluster).expire(ttl=0)] == ["uid-slow-0"]
     assert "uid-slow-0" not in ledger.holdings
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from extender.filter import MAX_DEMANDS, UNKNOWN_NODE, Judge, explain, filter_nodes
 from extender.score import prioritize
+from placement.assume import AssumeCache
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import read_model_pod
@@ -109,13 +110,14 @@ def test_verdicts_follow_the_ledger_as_it_changes(half: int) -> None:
     # cpu-b1: now at maxBalloons
     for i, (node, tp, cpus) in enumerate([("cpu-b1", 1, 4), ("cpu-a1", 2, 16), ("cpu-snc4", 1, 6)]):
         p = pod(f"held-{i}", tp=tp, cpus=cpus)
-        assert cluster.assume(f"uid-held-{i}", "llm", f"held-{i}", read_model_pod(p, cluster.settings), node).ok
+        demand = read_model_pod(p, cluster.settings)
+        assert demand is not None and AssumeCache(cluster).assume(f"uid-held-{i}", "llm", f"held-{i}", demand, node).ok
     cluster.apply("Pod", "ADDED", {"metadata": {"name": "hog", "namespace": "x", "uid": "hog"},
                                    "spec": {"nodeName": "cpu-nosmt",
                                             "containers": [{"name": "c", "resources": {"requests": {"cpu": "30"}}}]},
                                    "status": {"phase": "Running"}})
     check_all(cluster, judge, "after", demands)
-    cluster.forget("uid-held-1")
+    AssumeCache(cluster).forget("uid-held-1")
     check_all(cluster, judge, "forgotten", demands)
 
 
@@ -141,7 +143,7 @@ def test_verdicts_follow_node_deletions_policy_changes_and_a_journal_that_forgot
     for i, d in enumerate(probes):
         judged(judge, pod(f"probe-{i}-a", **d), names)  # type: ignore[arg-type]
     held = read_model_pod(pod("held", tp=2, cpus=16), cluster.settings)
-    assert cluster.assume("uid-held", "llm", "held", held, "cpu-b1").ok
+    assert AssumeCache(cluster).assume("uid-held", "llm", "held", held, "cpu-b1").ok
     for _ in range(70_000):  # other ledgers' changes push cpu-b1's out of the journal
         cluster.stamps.take("elsewhere")
     for i, d in enumerate(probes):
@@ -157,7 +159,7 @@ def test_each_cluster_keeps_its_own_journal() -> None:
         state.ledger("cpu-b1")
     before = other.stamps.taken
     held = read_model_pod(pod("held", tp=2, cpus=16), mine.settings)
-    assert mine.assume("uid-held", "llm", "held", held, "cpu-b1").ok
+    assert AssumeCache(mine).assume("uid-held", "llm", "held", held, "cpu-b1").ok
     assert mine.stamps.changed_since(before) is not None and other.stamps.taken == before
 
 
@@ -195,9 +197,9 @@ def test_random_binds_and_releases_never_make_the_memo_disagree(ops: list[tuple[
     probes = [pod(f"probe-{tp}-{c}", tp=tp, cpus=c * tp) for tp in (1, 2, 4) for c in (2, 8, 14)]
     for i, (node, tp, per, release) in enumerate(ops):
         p = pod(f"op-{i}", tp=tp, cpus=per * tp)
-        cluster.assume(f"uid-op-{i}", "llm", f"op-{i}", read_model_pod(p, cluster.settings), node)
+        AssumeCache(cluster).assume(f"uid-op-{i}", "llm", f"op-{i}", read_model_pod(p, cluster.settings), node)
         if release and i:
-            cluster.forget(f"uid-op-{i - 1}")
+            AssumeCache(cluster).forget(f"uid-op-{i - 1}")
         for probe in probes:
             got = judged(judge, probe, names)
             assert all(got[n] == expected(cluster, probe, n) for n in names)

@@ -14,6 +14,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from placement import fit as fitmod
+from placement.assume import AssumeCache
 from placement.balloons import node_balloons_policy
 from placement.balloonspolicy import BalloonsPolicy, BalloonType, parse_balloons_policy
 from placement.cluster import ClusterState
@@ -287,7 +288,7 @@ def test_assumed_pod_is_held_until_confirmed_or_expired(demo_objects) -> None:
     for kind in ("Node", "Pod", "BalloonsPolicy", "NodeResourceTopology"):
         state.replace(kind, [o for o in demo_objects if o["kind"] == kind])
     d = replace(demand(20), pod="llm/new")
-    assert state.assume("uid-new", "llm", "new", d, "cpu-a1").ok
+    assert AssumeCache(state).assume("uid-new", "llm", "new", d, "cpu-a1").ok
     assert sum(state.ledger("cpu-a1").free()) == 58 - 10
     # The next balloon goes to the other NUMA node, as the plugin would put it beside the assumed one.
     second = state.fit(replace(demand(20), pod="llm/second"), state.ledger("cpu-a1"))
@@ -300,7 +301,7 @@ def test_assumed_pod_is_held_until_confirmed_or_expired(demo_objects) -> None:
                                     "status": {"phase": "Pending"}})
     assert sum(state.ledger("cpu-a1").free()) == 58 - 10
     clock[0] += 31
-    assert [r.uid for r in state.expire_assumed()] == ["uid-new"]
+    assert [r.uid for r in AssumeCache(state).expire()] == ["uid-new"]
     assert sum(state.ledger("cpu-a1").free()) == 58
 
 
@@ -308,7 +309,7 @@ def test_assumed_pod_survives_a_relist_that_shows_it_unbound_until_confirmed(dem
     state = ClusterState(Settings(), clock=lambda: 100.0)
     for kind in ("Node", "Pod", "BalloonsPolicy", "NodeResourceTopology"):
         state.replace(kind, [o for o in demo_objects if o["kind"] == kind])
-    assert state.assume("uid-new", "llm", "new", replace(demand(20), pod="llm/new"), "cpu-a1").ok
+    assert AssumeCache(state).assume("uid-new", "llm", "new", replace(demand(20), pod="llm/new"), "cpu-a1").ok
     unbound = {"metadata": {"uid": "uid-new", "name": "new", "namespace": "llm",
                             "labels": {"model-manager.io/model": "m"}},
                "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "20"}}}]},
@@ -319,10 +320,10 @@ def test_assumed_pod_survives_a_relist_that_shows_it_unbound_until_confirmed(dem
     assert sum(state.ledger("cpu-a1").free()) == 58 - 10
     with pytest.raises(AttributeError):  # records are shared with the ledgers: never changed in place
         rec.node = "cpu-a2"  # type: ignore[misc]
-    assert state.confirm("uid-new")
+    assert AssumeCache(state).confirm("uid-new")
     assert state.pods["uid-new"].assumed_at is None and state.pods["uid-new"].node == "cpu-a1"
     assert sum(state.ledger("cpu-a1").free()) == 58 - 10
-    assert state.expire_assumed(ttl=0) == []
+    assert AssumeCache(state).expire(ttl=0) == []
 
 def test_only_the_cores_of_a_models_pod_being_deleted_count_as_free_for_its_replacement(
         demo: ClusterState, demo_objects: list[dict[str, Any]]) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from placement.assume import AssumeCache
 from placement.balloons import NUMA_TYPE, node_balloons_policy
 from placement.cluster import ClusterState
 from placement.config import Settings
@@ -284,8 +285,8 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
                                      f"{sorted(model.mems)}")
             # As /bind does: hold the cores, then the Binding writes the placement onto the pod the watch shows.
             uid = mutated["metadata"]["uid"]
-            assert cluster.assume(uid, peer.namespace, peer.name, demand, NODE).ok
-            bound = _bound(mutated, cluster.placement(uid))
+            assert AssumeCache(cluster).assume(uid, peer.namespace, peer.name, demand, NODE).ok
+            bound = _bound(mutated, AssumeCache(cluster).placement(uid))
             pods[peer.name] = (peer, bound)
             cluster.apply("Pod", "ADDED", bound)
     finally:

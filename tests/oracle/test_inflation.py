@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from placement.assume import AssumeCache
 from placement.cluster import ClusterState
 from placement.demand import read_model_pod
 from placement.mutation import mutate_pod
@@ -72,7 +73,7 @@ class Node:
         demand = read_model_pod(mutated, SETTINGS)
         assert demand is not None
         uid = mutated["metadata"]["uid"]
-        verdict = self.cluster.assume(uid, "models", name, demand, NODE)
+        verdict = AssumeCache(self.cluster).assume(uid, "models", name, demand, NODE)
         run = peer_pod(mutated)
         created = run_pod(self.plugin, run)[demand.container]
         got = cores_by_numa(self.shape, next(b.cpus for b in self.plugin.balloons()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from placement.assume import AssumeCache
 from placement.cluster import ClusterState
 from placement.demand import read_model_pod
 from placement.ledger import PLACEMENT
@@ -46,9 +47,9 @@ def test_a_big_init_container_frees_its_cores_when_it_exits_on_the_plugin_and_in
         peer, [init], [app] = run.pod, run.init, run.containers
         # Bound as /bind binds it: the cores held, the placement recorded on the pod.
         demand = read_model_pod(mutated, SETTINGS)
-        assert demand is not None and cluster.assume("uid-big-init", "models", "big-init", demand, NODE).ok
+        assert demand is not None and AssumeCache(cluster).assume("uid-big-init", "models", "big-init", demand, NODE).ok
         meta = {**mutated["metadata"], "annotations": {**mutated["metadata"]["annotations"],
-                                                       PLACEMENT: cluster.placement("uid-big-init")}}
+                                                       PLACEMENT: AssumeCache(cluster).placement("uid-big-init")}}
         bound = {**mutated, "metadata": meta, "spec": {**mutated["spec"], "nodeName": NODE}}
         # Initializing: the init container runs, in the shared balloons, and the ledger counts it.
         assert node.create(peer, init).ok

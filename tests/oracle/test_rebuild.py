@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from placement.assume import AssumeCache
 from placement.cluster import ClusterState
 from placement.demand import read_model_pod
 from placement.ledger import PLACEMENT
@@ -64,9 +65,9 @@ class Node:
                                           if f"models/{name}/{demand.container}" in b.containers))
         if verdict.ok:
             uid = mutated["metadata"]["uid"]
-            assert cluster.assume(uid, "models", name, demand, NODE).ok
+            assert AssumeCache(cluster).assume(uid, "models", name, demand, NODE).ok
             meta = {**mutated["metadata"], "annotations": {**mutated["metadata"]["annotations"],
-                                                           PLACEMENT: cluster.placement(uid)}}
+                                                           PLACEMENT: AssumeCache(cluster).placement(uid)}}
             self.bound[name] = {**mutated, "metadata": meta, "spec": {**mutated["spec"], "nodeName": NODE},
                                 "status": {"phase": "Running"}}
             self.runs[name] = run.pod
@@ -113,7 +114,7 @@ def test_a_rebuilt_ledger_holds_each_pod_where_the_plugin_put_it_and_admits_noth
             pod = node.bound[name]
             fresh = read_model_pod(pod, SETTINGS)
             assert fresh is not None
-            assert replayed.assume(f"replay-{name}", "models", name, fresh, NODE).ok
+            assert AssumeCache(replayed).assume(f"replay-{name}", "models", name, fresh, NODE).ok
         assert dict(replayed.ledger(NODE).holdings["replay-b"].per_numa) != where["b"]  # type: ignore[union-attr]
 
         rebuilt = node.rebuilt()

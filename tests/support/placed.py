@@ -7,6 +7,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from placement.assume import AssumeCache
 from placement.cluster import ClusterState
 from placement.config import Settings
 from placement.demand import is_model_pod, read_model_pod
@@ -21,10 +22,11 @@ def bound_by_us(objects: Iterable[Obj], settings: Settings | None = None) -> lis
     objects = [copy.deepcopy(o) for o in objects]
     cluster = ClusterState.from_objects([o for o in objects if o.get("kind") != "Pod"], settings)
     pods = [o for o in objects if o.get("kind") == "Pod"]
+    binds = AssumeCache(cluster)
     for pod in sorted(pods, key=lambda p: str(p["metadata"].get("creationTimestamp") or "")):
         meta, node = pod["metadata"], (pod.get("spec") or {}).get("nodeName")
         demand = read_model_pod(pod, settings) if node and is_model_pod(meta.get("labels"), settings) else None
-        if demand is not None and cluster.assume(meta["uid"], meta["namespace"], meta["name"], demand, node).ok:
-            meta.setdefault("annotations", {})[PLACEMENT] = cluster.placement(meta["uid"])
+        if demand is not None and binds.assume(meta["uid"], meta["namespace"], meta["name"], demand, node).ok:
+            meta.setdefault("annotations", {})[PLACEMENT] = binds.placement(meta["uid"])
         cluster.apply("Pod", "ADDED", pod)
     return objects
