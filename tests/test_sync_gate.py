@@ -57,6 +57,10 @@ def test_every_verb_refuses_until_the_pod_list_is_in_then_answers(fake_demo: Fak
                               + b',"NodeNameToVictims":null,"NodeNameToMetaVictims":{}}')
         assert status == 503 and "has not finished listing Pod" in answer["Error"]
         assert metric(http, base, "filter") == 1 and metric(http, base, "bind") == 1
+        # The server's log is read from its stderr by a thread of ours: the last line may not be in yet.
+        deadline = time.monotonic() + 20
+        while len(proc.logged("not synced")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
         refusals = proc.logged("not synced")
         assert [e["verb"] for e in refusals] == ["filter", "bind", "prioritize", "preempt"]
         assert all(e["kind"] == "Pod" and e["level"] == "warning" for e in refusals)
