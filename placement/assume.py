@@ -9,8 +9,9 @@ ours), `confirm` does where there is no watch, and `forget` or `expire` release 
 from __future__ import annotations
 
 from placement import fit as fitmod
-from placement.cluster import ClusterState, Placed, PodRecord
+from placement.cluster import ClusterState, PodRecord
 from placement.demand import ModelDemand
+from placement.ledger import Placed
 
 
 class AssumeCache:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from placement import fit as fitmod
-from placement import nri as nrimod
+from placement.accounting import Log, account, observed_balloons
 from placement.balloonspolicy import BalloonsPolicy, parse_balloons_policy, policy_for_node
 from placement.config import Settings
 from placement.demand import (
@@ -26,7 +26,7 @@ from placement.demand import (
     read_model_pod,
 )
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
-from placement.ledger import PLACEMENT, Holding, NodeLedger, NodeNRI, Placed, Stamps
+from placement.ledger import PLACEMENT, NodeLedger, NodeNRI, Placed, Stamps
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
     NUMA_ZONE,
@@ -37,15 +37,6 @@ from placement.topology import (
     profile_reserved,
     reserved_from_spec,
 )
-
-
-class Log(Protocol):
-    """Where the state reports what an operator should hear of (a logging.Logger is one): the core writes no
-    log of its own, the layer that runs it says where the lines go."""
-
-    def info(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None: ...
-
-    def warning(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None: ...
 
 
 class _Unheard:
@@ -171,72 +162,6 @@ def _slim_nrt(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {"zones": zones, "balloons": balloons, "containers": containers}
 
 
-@dataclass(frozen=True, slots=True)
-class Observed:
-    """The balloons the plugin reports on one node: which holds each container, and where its cores are."""
-
-    balloons: Mapping[str, tuple[tuple[int, int], ...]]  # balloon zone name -> (NUMA node, cores) it holds
-    shared_cores: Mapping[str, frozenset[int]]  # balloon -> its cores that another balloon also holds
-    container_balloon: Mapping[str, str]  # "namespace/pod/container" -> balloon zone name
-    outside_reserved: tuple[int, ...]  # per NUMA node: cores beyond the reserved cpuset the shared balloons hold
-    shared: frozenset[str]  # the balloons of shared types (reserved, default, routed by namespace)
-
-    def unclaimed(self) -> dict[str, tuple[tuple[int, int], ...]]:
-        """The model balloons no exported container zone names: those of pods whose containers the plugin does not
-        list (showContainersInNrt off), for pods of recorded or unknown placement to claim."""
-        named = set(self.container_balloon.values())
-        return {name: per_numa for name, per_numa in sorted(self.balloons.items())
-                if name not in named and not name.startswith(("reserved[", "default["))}
-
-
-def _claim(zones: dict[str, tuple[tuple[int, int], ...]], balloon_type: str, numa: set[int] | None,
-           cores: int) -> str | None:
-    """Take from `zones` a balloon of `balloon_type` (the plugin names each `<type>[<instance>]`): on NUMA nodes
-    `numa` when given, else the first whose cores are `cores`, else the first of the type."""
-    mine = [name for name in zones if name.startswith(balloon_type + "[")]
-    if numa is not None:
-        mine = [name for name in mine if {n for n, _ in zones[name]} == numa]
-    name = next((n for n in mine if sum(c for _, c in zones[n]) == cores), mine[0] if mine else None)
-    if name is not None:
-        del zones[name]
-    return name
-
-
-def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: CPUSet,
-                      shared_types: Collection[str] = ("reserved", "default")) -> Observed | None:
-    """`shared_types`: the balloon types pods land in by namespace, whose growth beyond the reserved cpuset takes
-    model cores; a model type's balloons are held by the pods in them (or, unclaimed, counted after them)."""
-    if nrt is None:
-        return None
-    raw = nrt.get("balloons")
-    if not raw:
-        return None
-    core_of = {t: (numa.id, core.id) for numa in topo.numa_nodes for core in numa.cores for t in core.threads}
-    cores: dict[str, set[tuple[int, int]]] = {}
-    for name, text in raw.items():
-        try:
-            cores[name] = {core_of[c] for c in CPUSet.parse(text) if c in core_of}
-        except CPUSetError:
-            continue
-    holders: dict[tuple[int, int], int] = {}
-    for held in cores.values():
-        for core in held:
-            holders[core] = holders.get(core, 0) + 1
-    reserved_cores = {core_of[c] for c in reserved if c in core_of}
-    outside = [0] * topo.numa_count
-    for name, held in cores.items():
-        if name.rsplit("[", 1)[0] in shared_types:
-            for numa, _ in held - reserved_cores:
-                outside[numa] += 1
-    return Observed(
-        {name: tuple(sorted(_count(numa for numa, _ in held).items())) for name, held in cores.items()},
-        {name: frozenset(c for _, c in held if holders[(_, c)] > 1) for name, held in cores.items()},
-        dict(nrt["containers"]),
-        tuple(outside),
-        frozenset(name for name in cores if name.rsplit("[", 1)[0] in shared_types),
-    )
-
-
 def _carried(old: PodRecord, new: PodRecord) -> PodRecord:
     """`new`, a list's or watch's view of pod `old`, keeping what only we know: that we are binding it (the watch
     has not shown the binding yet), and where we put it when its own annotation does not say."""
@@ -245,21 +170,6 @@ def _carried(old: PodRecord, new: PodRecord) -> PodRecord:
     if new.placed is None and old.placed is not None and old.node == new.node:
         new = new._replace(placed=old.placed)
     return new
-
-
-def _rank_memory(ledger: NodeLedger, demand: ModelDemand, span: int) -> int:
-    """Bytes a pod pins on each of its NUMA nodes (pinMemory): its memory request shared by its ranks."""
-    policy = ledger.nri.policy
-    if not (ledger.numa_memory and demand.memory_bytes and policy is not None and policy.pin_memory):
-        return 0
-    return -(-demand.memory_bytes // max(1, span))
-
-
-def _count(values: Iterable[int]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return out
 
 
 class ClusterState:
@@ -425,7 +335,7 @@ class ClusterState:
                     # event): rebuilt, the ledger holds it there, not where we predicted.
                     self._stale(node)
                 else:
-                    self._account(ledger, rec)
+                    account(ledger, rec, self.fit, self.log)
 
     def _unindex(self, rec: PodRecord) -> None:
         self.pods.pop(rec.uid, None)
@@ -437,106 +347,6 @@ class ClusterState:
             if ledger is not None and rec.node not in self._dirty:
                 ledger.release(rec.uid)
                 ledger.drop_shared(rec.uid)
-
-    @staticmethod
-    def _balloon_of(ledger: NodeLedger, namespace: str) -> str:
-        """The balloon type a pod's unannotated containers land in on this node ("" where NRI does not run)."""
-        policy = ledger.nri.policy
-        return policy.route(namespace).name if policy is not None and ledger.nri.running else ""
-
-    def _account(self, ledger: NodeLedger, rec: PodRecord, observed: Observed | None = None,
-                 unclaimed: dict[str, tuple[tuple[int, int], ...]] | None = None) -> None:
-        demand = rec.model
-        balloon = self._balloon_of(ledger, rec.namespace)
-        if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
-            ledger.set_shared(rec.uid, (rec.shared_milli or 0) + (demand.cpu_milli if demand else 0), balloon,
-                              rec.shared_memory + (demand.memory_bytes if demand else 0))
-            return
-        if rec.shared_milli is not None:
-            ledger.set_shared(rec.uid, rec.shared_milli, balloon, rec.shared_memory)
-        zone = observed.container_balloon.get(f"{rec.namespace}/{rec.name}/{demand.container}") if observed else None
-        if zone is not None and observed is not None:
-            self._hold_observed(ledger, rec, demand, zone, observed)
-            return
-        result = self.fit(demand, ledger)
-        if result.footprint is None or result.check in (fitmod.BALLOON_TYPE_MISSING, fitmod.NRI_NOT_RUNNING):
-            # No balloon can exist for it there: it really runs in the shared pool.
-            ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon,
-                              rec.shared_memory + demand.memory_bytes)
-            return
-        fp = result.footprint
-        placed = rec.placed
-        if placed is not None and placed.node == ledger.name and placed.cores == fp.cores \
-                and self._hold_placed(ledger, rec, demand, placed):
-            if unclaimed:
-                _claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, placed.cores)
-            return
-        # Not from a list (the plugin's placement depends on the order of creates and deletes): from a balloon of
-        # its type that no pod of known placement holds, when the plugin exports its balloons.
-        zone = _claim(unclaimed, demand.balloon_type, None, fp.cores) if unclaimed and demand.policy == "nri-balloons" \
-            else None
-        if zone is not None and observed is not None:
-            self._hold_observed(ledger, rec, demand, zone, observed, matched=True)
-            return
-        # Where it is cannot be known: counted so that nothing admitted next can spread.
-        if not result.ok:
-            self.log.warning("pod of unknown placement overcommits its node", extra={
-                "pod": demand.pod, "node": ledger.name, "reason": result.reason})
-        ledger.hold_unknown(fitmod.unknown_holding(rec.uid, demand, fp, ledger.topology.numa_count, rec.assumed_at,
-                                                   _rank_memory(ledger, demand, fp.numa_nodes)), fp.cores)
-
-    def _hold_placed(self, ledger: NodeLedger, rec: PodRecord, demand: ModelDemand, placed: Placed) -> bool:
-        """Hold the pod where its persisted placement says; False when that cannot be where it runs (a NUMA node
-        the node lacks, or, for a balloon, not one NUMA node per rank). The caller has checked that it holds the
-        cores the pod asks for now (a resized pod's record is stale)."""
-        numa_count = ledger.topology.numa_count
-        if any(n >= numa_count for n, _ in placed.per_numa) or (
-                demand.policy == "nri-balloons" and len(placed.per_numa) != demand.numa_nodes):
-            return False
-        ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity,
-                                  demand.balloon_type if demand.policy == "nri-balloons" else None, placed.per_numa,
-                                  rec.assumed_at, types=placed.types,
-                                  memory=_rank_memory(ledger, demand, len(placed.per_numa))))
-        return True
-
-    def _hold_observed(self, ledger: NodeLedger, rec: PodRecord, demand: ModelDemand, zone: str,
-                       observed: Observed, matched: bool = False) -> None:
-        """Observed beats predicted: the cores the plugin reports for the pod's balloon, whatever we foresaw.
-        The balloon types it instantiates (for balance-balloons' counts) are those its persisted placement
-        recorded when the plugin put it there, else the predicted ones when it is where we foresaw; else its type
-        and the per-NUMA types of the NUMA nodes it really holds. The recorded ones come first: a per-NUMA type
-        whose node lacked room is still the type the plugin counts, wherever it carved the cores from."""
-        per_numa = observed.balloons.get(zone, ())
-        where = {n for n, _ in per_numa}
-        predicted = self.fit(demand, ledger)
-        placed = rec.placed
-        if placed is not None and placed.node == ledger.name and {n for n, _ in placed.per_numa} == where:
-            types = placed.types
-        elif predicted.ok and {n for n, _ in predicted.per_numa} == where:
-            types = predicted.types
-        else:
-            types = self._types_on(ledger, demand, where)
-        # `matched`: its balloon is known by type only (no container zone); a prediction says nothing about it.
-        notes = []
-        if not matched and predicted.ok and {n for n, _ in predicted.per_numa} != where:
-            notes.append(f"predicted on NUMA {', '.join(str(n) for n, _ in predicted.per_numa)}")
-        if len(per_numa) > demand.numa_nodes:
-            notes.append(f"spans {len(per_numa)} NUMA nodes for {demand.ranks}")
-        if observed.shared_cores.get(zone):
-            notes.append(f"shares {len(observed.shared_cores[zone])} cores with another balloon")
-        ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity, demand.balloon_type, per_numa, rec.assumed_at,
-                                  types=types, observed=True, note="; ".join(notes),
-                                  memory=_rank_memory(ledger, demand, len(per_numa))))
-
-    @staticmethod
-    def _types_on(ledger: NodeLedger, demand: ModelDemand, numa: set[int]) -> tuple[str, ...]:
-        """The balloon types a balloon of the demand's type on NUMA nodes `numa` instantiated (balance-balloons
-        counts them all: the composite, its blocks, its per-NUMA components)."""
-        policy = ledger.nri.policy
-        if policy is None or policy.balloon_type(demand.balloon_type) is None:
-            return (demand.balloon_type,)
-        step = nrimod.compile_type(policy, demand.balloon_type, demand.cpu_milli, ledger.threads_per_core)
-        return nrimod.types_on(policy, step, ledger.capacity, numa) or (demand.balloon_type,)
 
     # -- ledgers -----------------------------------------------------------------------------------
 
@@ -611,7 +421,7 @@ class ClusterState:
         # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
         unclaimed = observed.unclaimed() if observed is not None else None
         for rec in sorted(records, key=lambda r: (r.placed is None, r.created, r.namespace, r.name)):
-            self._account(ledger, rec, observed, unclaimed)
+            account(ledger, rec, self.fit, self.log, observed, unclaimed)
         if observed is not None and unclaimed:
             # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
             # still hold their cores.
