@@ -12,8 +12,9 @@ from typing import Any, Protocol
 
 from placement import fit as fitmod
 from placement import nri as nrimod
+from placement.balloonspolicy import BalloonsPolicy
 from placement.demand import ModelDemand
-from placement.ledger import Holding, NodeLedger, Placed
+from placement.ledger import Holding, NodeLedger, NodeNRI, Placed, Stamps
 from placement.topology import CPUSet, CPUSetError, Topology
 
 Fitter = Callable[[ModelDemand, NodeLedger], fitmod.Fit]
@@ -47,6 +48,8 @@ class Record(Protocol):
     def assumed_at(self) -> float | None: ...
     @property
     def placed(self) -> Placed | None: ...
+    @property
+    def created(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,3 +232,30 @@ def types_on(ledger: NodeLedger, demand: ModelDemand, numa: set[int]) -> tuple[s
         return (demand.balloon_type,)
     step = nrimod.compile_type(policy, demand.balloon_type, demand.cpu_milli, ledger.threads_per_core)
     return nrimod.types_on(policy, step, ledger.capacity, numa) or (demand.balloon_type,)
+
+
+def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved: tuple[CPUSet, str],
+                 policy: BalloonsPolicy | None, nrt: Mapping[str, Any] | None, numa_memory: tuple[int, ...],
+                 records: Iterable[Record], stamps: Stamps, fit: Fitter, log: Log) -> NodeLedger:
+    """A node's ledger from its resolved inputs (topology, reserved cpuset and where it came from, the policy that
+    applies, the plugin's export) and the records of the pods on it."""
+    nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
+    ledger = NodeLedger(name, topo, reserved[0], reserved[1], labels, nri, stamps=stamps, numa_memory=numa_memory)
+    shared = {"reserved", "default", *(t.name for t in policy.balloon_types if t.namespaces)} if policy else ()
+    observed = observed_balloons(nrt, topo, reserved[0], shared) if nri.running else None
+    if observed is not None:
+        ledger.observed_shared = observed.outside_reserved
+    # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
+    unclaimed = observed.unclaimed() if observed is not None else None
+    for rec in sorted(records, key=lambda r: (r.placed is None, r.created, r.namespace, r.name)):
+        account(ledger, rec, fit, log, observed, unclaimed)
+    if observed is not None and unclaimed:
+        # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
+        # still hold their cores.
+        extra = list(observed.outside_reserved)
+        for per_numa in unclaimed.values():
+            for numa, cores in per_numa:
+                extra[numa] += cores
+        ledger.observe_shared(tuple(extra))
+    return ledger
+

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from placement import fit as fitmod
-from placement.accounting import Log, account, observed_balloons
+from placement.accounting import Log, account, build_ledger
 from placement.balloonspolicy import BalloonsPolicy, parse_balloons_policy, policy_for_node
 from placement.config import Settings
 from placement.demand import (
@@ -26,7 +26,7 @@ from placement.demand import (
     read_model_pod,
 )
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
-from placement.ledger import PLACEMENT, NodeLedger, NodeNRI, Placed, Stamps
+from placement.ledger import PLACEMENT, NodeLedger, Placed, Stamps
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
     NUMA_ZONE,
@@ -410,27 +410,10 @@ class ClusterState:
             self._note(note)
         policy = policy_for_node(self.node_policies(), name, node.labels)
         reserved, source = self._reserved(node, topo, policy)
-        nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
-        ledger = NodeLedger(name, topo, reserved, source, node.labels, nri, stamps=self.stamps,
-                            numa_memory=numa_memory(node, self.nrts.get(name), topo.numa_count))
-        shared = {"reserved", "default", *(t.name for t in policy.balloon_types if t.namespaces)} if policy else ()
-        observed = observed_balloons(self.nrts.get(name), topo, reserved, shared) if nri.running else None
-        if observed is not None:
-            ledger.observed_shared = observed.outside_reserved
         records = [self.pods[u] for u in self._pods_on.get(name, ()) if u in self.pods]
-        # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
-        unclaimed = observed.unclaimed() if observed is not None else None
-        for rec in sorted(records, key=lambda r: (r.placed is None, r.created, r.namespace, r.name)):
-            account(ledger, rec, self.fit, self.log, observed, unclaimed)
-        if observed is not None and unclaimed:
-            # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
-            # still hold their cores.
-            extra = list(observed.outside_reserved)
-            for per_numa in unclaimed.values():
-                for numa, cores in per_numa:
-                    extra[numa] += cores
-            ledger.observe_shared(tuple(extra))
-        return ledger
+        return build_ledger(name, node.labels, topo, (reserved, source), policy, self.nrts.get(name),
+                            numa_memory(node, self.nrts.get(name), topo.numa_count), records, self.stamps, self.fit,
+                            self.log)
 
     def ledger(self, name: str) -> NodeLedger | None:
         ledger = self._ledgers.get(name)
