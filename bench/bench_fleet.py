@@ -250,21 +250,12 @@ class Observer:
         version = self.relist()
         while not self.stop.is_set():
             try:
-                resp = api.http.request("GET", f"{api.server}/api/v1/pods?watch=1&resourceVersion={version}"
-                                               "&timeoutSeconds=60", headers=api.auth, preload_content=False,
-                                        timeout=urllib3.Timeout(connect=10, read=90))
-                buffered = b""
-                for chunk in resp.stream(65536):
-                    buffered += chunk
-                    while b"\n" in buffered:
-                        line, buffered = buffered.split(b"\n", 1)
-                        event = json.loads(line)
-                        if event["type"] == "ERROR":  # history compacted: list again
-                            version = self.relist()
-                            continue
-                        version = event["object"]["metadata"]["resourceVersion"]
-                        self.seen(event["type"], event["object"])
-                resp.release_conn()
+                for event in api.watch(f"/api/v1/pods?watch=1&resourceVersion={version}&timeoutSeconds=60", 90):
+                    if event["type"] == "ERROR":  # history compacted: list again
+                        version = self.relist()
+                        continue
+                    version = event["object"]["metadata"]["resourceVersion"]
+                    self.seen(event["type"], event["object"])
             except (urllib3.exceptions.HTTPError, OSError, ValueError):
                 time.sleep(0.5)  # the next watch resumes from the last version seen
 

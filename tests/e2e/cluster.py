@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +157,22 @@ class Api:
 
     def get(self, path: str) -> Any:
         return self.call("GET", path)
+
+    def watch(self, path: str, read_timeout: float) -> Iterator[dict[str, Any]]:
+        """The events of a watch (`path` with its query, `watch=1` included), one object each, until the
+        apiserver ends the stream; an ERROR event (a resourceVersion too old) is yielded like the others."""
+        resp = self.http.request("GET", self.server + path, headers=self.auth, preload_content=False,
+                                 timeout=urllib3.Timeout(connect=10, read=read_timeout))
+        try:
+            buffered = b""
+            for chunk in resp.stream(65536):
+                buffered += chunk
+                *lines, buffered = buffered.split(b"\n")
+                for line in lines:
+                    if line:
+                        yield json.loads(line)
+        finally:
+            resp.release_conn()
 
     def create_many(self, path_of: Callable[[dict[str, Any]], str], objects: list[dict[str, Any]],
                     workers: int = 8) -> None:

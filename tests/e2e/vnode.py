@@ -43,8 +43,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import urllib3
-
 from tests.e2e.cluster import Api, Cluster
 from tests.oracle.kubelet import peer_pod, run_pod
 from tests.oracle.peer import BalloonsPeer, PolicyRefused, nri_plugins_dir
@@ -88,7 +86,7 @@ def node_object(name: str, shape: NodeShape, labels: dict[str, str], taints: lis
 def node_status(shape: NodeShape) -> dict[str, Any]:
     """What the kubelet posts: capacity from the machine, allocatable the same (no kube-/system-reserved is
     configured here), the four conditions with the kubelet's reasons, its address and versions."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    now = _now()
     capacity = {"cpu": str(shape.cpus), "memory": f"{shape.memory_gib_per_numa * shape.numa_nodes}Gi",
                 "pods": "110", "ephemeral-storage": "500Gi", "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
     pressure = [("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -205,24 +203,11 @@ class VirtualNode:
                 time.sleep(0.5)
 
     def _watch(self, selector: str, version: str) -> None:
-        resp = self.api.http.request(
-            "GET", f"{self.api.server}/api/v1/pods?{selector}&watch=1&allowWatchBookmarks=false"
-            f"&resourceVersion={version}&timeoutSeconds={WATCH_SECONDS}",
-            headers=self.api.auth, preload_content=False, timeout=urllib3.Timeout(connect=10, read=WATCH_SECONDS + 30))
-        try:
-            buffered = b""
-            for chunk in resp.stream(4096, decode_content=True):
-                buffered += chunk
-                while b"\n" in buffered:
-                    line, buffered = buffered.split(b"\n", 1)
-                    if self._stop.is_set():
-                        return
-                    event = json.loads(line)
-                    if event["type"] == "ERROR":
-                        return  # a gone resourceVersion: list again
-                    self._sync(event["object"], deleted=event["type"] == "DELETED")
-        finally:
-            resp.release_conn()
+        for event in self.api.watch(f"/api/v1/pods?{selector}&watch=1&allowWatchBookmarks=false"
+                                    f"&resourceVersion={version}&timeoutSeconds={WATCH_SECONDS}", WATCH_SECONDS + 30):
+            if self._stop.is_set() or event["type"] == "ERROR":
+                return  # stopped, or a gone resourceVersion: list again
+            self._sync(event["object"], deleted=event["type"] == "DELETED")
 
     @staticmethod
     def _key(pod: dict[str, Any]) -> str:
