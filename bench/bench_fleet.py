@@ -365,10 +365,11 @@ def play_arm(arm: str, fleet: list[VNode], stream: list[dict[str, Any]], rate: f
     cluster = Cluster(Path(tempfile.mkdtemp(prefix=f"mp-fleet-{arm}-")))
     vnodes: list[VirtualNode] = []
     observer = Observer(cluster, {n.name: n for n in fleet})
+    fleet_policies = policies(fleet)
     try:
         cluster.start()
         cluster.install()
-        for policy in policies(fleet):
+        for policy in fleet_policies:
             cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))
         for ns in (*MODEL_NAMESPACES, "monitoring"):
             cluster.create_namespace(ns, enabled=ns in MODEL_NAMESPACES)
@@ -383,9 +384,10 @@ def play_arm(arm: str, fleet: list[VNode], stream: list[dict[str, Any]], rate: f
             for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
                 cluster.kubectl("delete", kind, "model-placement")
         state = ClusterState.from_objects(
-            [*(v.api.get(f"/api/v1/nodes/{v.name}") for v in vnodes), *policies(fleet)], Settings(scheduler_name=""))
-        reserved = {v.name: CPUSet.parse(str(p["spec"]["reservedResources"]["cpu"]).removeprefix("cpuset:"))
-                    for v in vnodes for p in [policy_of(fleet, v.name)]}
+            [*(v.api.get(f"/api/v1/nodes/{v.name}") for v in vnodes), *fleet_policies], Settings(scheduler_name=""))
+        by_name = {p["metadata"]["name"]: p for p in fleet_policies}
+        reserved = {n.name: CPUSet.parse(str(p["spec"]["reservedResources"]["cpu"]).removeprefix("cpuset:"))
+                    for n in fleet for p in [by_name.get(f"node.{n.name}") or by_name[f"group.{n.group}"]]}
         watcher = threading.Thread(target=observer.watch, daemon=True)
         watcher.start()
         ready_at = time.monotonic()
@@ -397,7 +399,7 @@ def play_arm(arm: str, fleet: list[VNode], stream: list[dict[str, Any]], rate: f
             time.sleep(max(0.0, due - time.monotonic()))
             apply(cluster, arm, event, state, observer, refused, deploys, pods_ns)
         stream_seconds = time.monotonic() - ready_at
-        settle(observer, vnodes)
+        settle(observer)
         recs = records(vnodes)
         observer.judge(recs)
         observer.stop.set()
@@ -408,12 +410,6 @@ def play_arm(arm: str, fleet: list[VNode], stream: list[dict[str, Any]], rate: f
     finally:
         stop_fleet(cluster, vnodes)
         cluster.stop()
-
-
-def policy_of(fleet: list[VNode], name: str) -> dict[str, Any]:
-    node = next(n for n in fleet if n.name == name)
-    by_name = {p["metadata"]["name"]: p for p in policies(fleet)}
-    return by_name.get(f"node.{name}") or by_name[f"group.{node.group}"]
 
 
 def apply(cluster: Cluster, arm: str, event: dict[str, Any], state: ClusterState, observer: Observer,
@@ -446,7 +442,7 @@ def apply(cluster: Cluster, arm: str, event: dict[str, Any], state: ClusterState
                  ok=(200, 202, 404))
 
 
-def settle(observer: Observer, vnodes: list[VirtualNode], quiet: float = 15, limit: float = 180) -> None:
+def settle(observer: Observer, quiet: float = 15, limit: float = 180) -> None:
     """Until nothing has changed for `quiet` seconds (pods still Pending then stay so), at most `limit`."""
     def state() -> tuple[int, int, int]:
         with observer.lock:

@@ -22,8 +22,8 @@ from placement.demand import (
 )
 from placement.fit import INSUFFICIENT_FREE, nominal_footprint
 from placement.mutation import Mutation, mutate_pod
-from placement.preflight import NRI_FALLBACK, POD_SPEC, REPLICAS, Verdict, preflight
-from placement.refusals import NotMutated
+from placement.preflight import NRI_FALLBACK, Verdict, preflight
+from placement.refusals import POD_SPEC, REPLICAS, NotMutated
 from placement.vllm import vllm_notes
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")

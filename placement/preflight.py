@@ -18,11 +18,6 @@ from placement.demand import VALID_TP, ModelDemand
 from placement.ledger import NodeLedger
 from placement.quantity import QuantityError, memory_bytes
 from placement.refusals import (
-    CPU_MISSING,
-    MEMORY_MISSING,
-    NO_ELIGIBLE_NODE,
-    POD_SPEC,
-    REPLICAS,
     LargerThanAnyNode,
     NeverFits,
     NoEligibleNode,
@@ -36,8 +31,6 @@ from placement.refusals import (
     names,
     render,
 )
-
-__all__ = ["CPU_MISSING", "MEMORY_MISSING", "NO_ELIGIBLE_NODE", "POD_SPEC", "REPLICAS"]
 
 NRI_FALLBACK = "nri-resolution-failed"
 NRI_DISABLED = "nri-disabled"

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.cluster import Api, Cluster
-from tests.oracle.kubelet import peer_pod, run_pod
+from tests.oracle.kubelet import PodRun, peer_pod, run_pod
 from tests.oracle.peer import BalloonsPeer, PolicyRefused, nri_plugins_dir
 from tests.oracle.sysfs import NodeShape
 from tests.peers.build import build
@@ -123,7 +123,7 @@ class VirtualNode:
         self.api = Api(cluster.server, cluster.pki / "ca.crt", cluster.api.auth["Authorization"].split()[1])
         self.record_path = cluster.root / "vnodes" / f"{name}.json"
         self.pods: dict[str, dict[str, Any]] = {}  # "ns/name" -> its record entry
-        self.running: dict[str, Any] = {}  # "ns/name" -> the PodRun the plugin runs
+        self.running: dict[str, PodRun] = {}  # "ns/name" -> what the plugin runs for it
         self.retries: dict[str, threading.Timer] = {}  # "ns/name" -> its next sync after a refused container
         self.peer: BalloonsPeer | None = None
         # The plugin speaks one request at a time; the watch and the back-off timers take turns.
@@ -180,7 +180,7 @@ class VirtualNode:
         return 0
 
     def record(self) -> dict[str, Any]:
-        return json.loads(self.record_path.read_text())  # type: ignore[no-any-return]
+        return json.loads(self.record_path.read_text())
 
     # -- the kubelet stand-in -----------------------------------------------------------------------------
 
@@ -257,7 +257,7 @@ class VirtualNode:
         self.peer.remove_pod(run.pod)
         self.pods[key] = {"uid": meta["uid"], "phase": "Pending", "attempts": attempts, "message": failed[1]}
         self._write()
-        self._refused(pod, failed[0], failed[1])
+        self._refused(pod, run, failed[0], failed[1])
         delay = BACKOFF_SECONDS * (1 + BACKOFF_JITTER * random.random())
         timer = self.retries[key] = threading.Timer(delay, self._retry, (key, meta["uid"]))
         timer.daemon = True
@@ -301,7 +301,7 @@ class VirtualNode:
         self.api.call("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
                       {"status": status}, content_type="application/strategic-merge-patch+json", ok=(200, 404))
 
-    def _running(self, pod: dict[str, Any], run: Any, started: str) -> None:
+    def _running(self, pod: dict[str, Any], run: PodRun, started: str) -> None:
         now = _now()
         true = [{"type": t, "status": "True", "lastTransitionTime": now}
                 for t in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")]
@@ -318,7 +318,7 @@ class VirtualNode:
                            "hostIPs": [{"ip": "127.0.0.1"}], "startTime": started, "qosClass": run.pod.qos,
                            "containerStatuses": statuses, **({"initContainerStatuses": init} if init else {})})
 
-    def _refused(self, pod: dict[str, Any], container: str, error: str) -> None:
+    def _refused(self, pod: dict[str, Any], run: PodRun, container: str, error: str) -> None:
         meta, now = pod["metadata"], _now()
         spec = pod["spec"]
         init = [c["name"] for c in spec.get("initContainers") or ()]
@@ -333,7 +333,7 @@ class VirtualNode:
                       "message": f"containers with unready status: [{' '.join(c['name'] for c in spec['containers'])}]"}
                      for t in ("ContainersReady", "Ready")]
         self._status(pod, {"phase": "Pending", "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
-                           "startTime": now, "qosClass": peer_pod(pod).pod.qos,
+                           "startTime": now, "qosClass": run.pod.qos,
                            "containerStatuses": waiting([c["name"] for c in spec["containers"]]),
                            **({"initContainerStatuses": waiting(init)} if init else {}),
                            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
