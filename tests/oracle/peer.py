@@ -160,10 +160,14 @@ def binary() -> Path:
 
 @lru_cache(maxsize=1)
 def nri_plugins_dir() -> Path:
-    """The pinned nri-plugins module's source in the Go module cache (its CRDs and Helm charts)."""
-    done = subprocess.run([_go(), "list", "-m", "-f", "{{.Dir}}", NRI_PLUGINS], cwd=PEERS / "balloons",
+    """The pinned nri-plugins module's source in the Go module cache (its CRDs and Helm charts), downloaded if
+    this machine lacks it: on a fresh module cache `go list -m` prints an empty Dir until something downloads it."""
+    done = subprocess.run([_go(), "mod", "download", "-json", NRI_PLUGINS], cwd=PEERS / "balloons",
                           capture_output=True, text=True, check=True)
-    return Path(done.stdout.strip())
+    found = json.loads(done.stdout).get("Dir")
+    if not found:
+        raise RuntimeError(f"go mod download of {NRI_PLUGINS} named no source directory: {done.stdout[-400:]}")
+    return Path(found)
 
 
 @lru_cache(maxsize=1)
