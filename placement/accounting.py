@@ -242,7 +242,8 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
     nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
     ledger = NodeLedger(name, topo, reserved[0], reserved[1], labels, nri, stamps=stamps, numa_memory=numa_memory)
     shared = {"reserved", "default", *(t.name for t in policy.balloon_types if t.namespaces)} if policy else ()
-    observed = observed_balloons(nrt, topo, reserved[0], shared) if nri.running else None
+    kept = CPUSet() if ledger.lends_reserved else reserved[0]  # lent, the reserved cores are held like any other
+    observed = observed_balloons(nrt, topo, kept, shared) if nri.running else None
     if observed is not None:
         ledger.observed_shared = observed.outside_reserved
     # Pods whose placement is known first: one of unknown placement is charged on what they leave free.

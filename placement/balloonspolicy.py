@@ -97,6 +97,16 @@ class BalloonsPolicy:
         return self.spread_on_physical_cores if btype.spread_on_physical_cores is None \
             else btype.spread_on_physical_cores
 
+    def lends_reserved(self, reserved_cpus: int) -> bool:
+        """The plugin lends the node's reserved cpuset to every other balloon: with reservedResources a cpuset and
+        a reserved type that sets neither minCPUs nor maxCPUs, the reserved balloon's MinCpus resolves to 0
+        (fillBuiltinBalloonDefs takes MaxCpus, 0, as soon as the cpuset is not smaller than it). The reserved
+        balloon then starts empty and the reserved CPUs are free CPUs that other balloons take last (they prefer
+        to be far from them). tests/oracle/test_plugin_facts.py holds this to the plugin."""
+        btype = self.route_type(RESERVED_TYPE)
+        return bool(reserved_cpus) and (self.reserved_cpu or "").startswith("cpuset:") \
+            and not btype.min_cpus and not btype.max_cpus
+
     @property
     def numa_preferring(self) -> bool:
         """Some type prefers a NUMA node, so every other type is pushed away from it (fillFarFromDevices)."""

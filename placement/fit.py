@@ -37,6 +37,7 @@ INSUFFICIENT_FREE = nri.INSUFFICIENT_FREE
 NO_CPU = "no-cpu-request"
 REQUEST_OVER_SHARES = "request-over-cpu-shares"
 PLACEMENT_UNKNOWN = "placement-unknown"
+RESERVED_LENT = "reserved-cpus-lent"
 # Model pods with no recorded placement (bound by another scheduler, or before the install) and no container zone
 # in the plugin's NodeResourceTopology: held on every NUMA node they could be on.
 _UNKNOWN = "model pods here with no recorded placement count on every NUMA node they could use"
@@ -194,7 +195,7 @@ def fit_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
     `shape_key` and `fit_key` get the same answer (tests/test_ledger_fit.py holds this to `fit` itself), so the
     extender answers nodes of one class with one `fit`. Kept here, beside `fit`, so that a new input is added to
     both."""
-    key: tuple[Any, ...] = (ledger.free(), ledger.unsettled > 0)
+    key: tuple[Any, ...] = (ledger.free(), ledger.unsettled > 0, ledger.lends_reserved and ledger.unlent_free())
     if demand.policy == "nri-balloons":
         btype = _balloon_type(demand, ledger)
         # Whose next balloon depends on how many there are: maxBalloons, or filled before a new one is made.
@@ -366,6 +367,18 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
         return _refuse(node, RANKS_SHARE_NUMA,
                        f"needs {demand.numa_nodes} distinct NUMA nodes; with what runs here the plugin would put "
                        f"its ranks on {span}", True, fp)
+    if ledger.lends_reserved:
+        # The plugin takes lent reserved CPUs last and, once it needs some, by hints that may pick them on another
+        # NUMA node than the rest of the balloon (the oracle saw 7 cores on one and the 8th on the other).
+        unlent = ledger.unlent_free()
+        short = [(i, cores - unlent[i]) for i, cores in placed.per_numa if cores > unlent[i]]
+        if short:
+            numa, lacking = short[0]
+            return _refuse(node, RESERVED_LENT,
+                           f"the balloon would need {lacking} of the reserved cores on NUMA node {numa}, which the "
+                           "BalloonsPolicy lends (its reserved balloon type sets no minCPUs), and the plugin may "
+                           "take them from another NUMA node; set minCPUs on the reserved type to the size of "
+                           "reservedResources", True, fp)
     if ledger.unsettled:
         # The instance counts balance-balloons reads are unknown: whichever balloon the plugin makes must fit.
         for variant in nri.variants(empty.step):

@@ -190,13 +190,26 @@ class NodeLedger:
     _shared_memory_total: int = field(init=False, default=0)
     _free_memory: tuple[int, ...] | None = field(init=False, default=None)
     _by_identity: dict[ModelIdentity, dict[str, Holding]] = field(init=False, default_factory=dict)
+    # The plugin lends the reserved cpuset to other balloons (BalloonsPolicy.lends_reserved): then `_lent` is the
+    # reserved cores per NUMA node, counted in `capacity`, and `_kept_cpus` (the CPUs the reserved balloon holds
+    # whatever it runs) is 0; otherwise no core is lent and the reserved balloon keeps its whole cpuset.
+    lends_reserved: bool = field(init=False)
+    _lent: tuple[int, ...] = field(init=False)
+    _kept_cpus: int = field(init=False)
     unsettled: int = field(init=False, default=0)  # holdings of unknown placement: no NUMA choice can be foreseen
 
     def __post_init__(self) -> None:
-        self.capacity = tuple(
-            sum(1 for core in numa.cores if not any(t in self.reserved for t in core.threads))
+        policy = self.nri.policy
+        self.lends_reserved = policy is not None and self.nri.running and policy.lends_reserved(len(self.reserved))
+        reserved_cores = tuple(
+            sum(1 for core in numa.cores if any(t in self.reserved for t in core.threads))
             for numa in self.topology.numa_nodes
         )
+        # Lent, the reserved cores are model capacity like any other, and the reserved balloon grows from nothing.
+        self._lent = reserved_cores if self.lends_reserved else (0,) * len(reserved_cores)
+        self._kept_cpus = 0 if self.lends_reserved else len(self.reserved)
+        self.capacity = tuple(len(numa.cores) - r + lent
+                              for numa, r, lent in zip(self.topology.numa_nodes, reserved_cores, self._lent))
         self.capacity_total = sum(self.capacity)
         self.shared_pool_cpus = len(self.topology.cpus) - self.capacity_total * self.topology.threads_per_core
         self._avail = list(self.capacity)
@@ -224,7 +237,7 @@ class NodeLedger:
             excess = self._shared_total - self.shared_pool_cpus * 1000
             return math.ceil(math.ceil(excess / 1000) / self.threads_per_core) if excess > 0 else 0
         # Each balloon takes cores of its own.
-        return sum(math.ceil(shared_balloon_cpus(policy.route_type(name), milli, len(self.reserved))
+        return sum(math.ceil(shared_balloon_cpus(policy.route_type(name), milli, self._kept_cpus)
                              / self.threads_per_core) for name, milli in self._shared_by_type.items())
 
     def observe_shared(self, cores: tuple[int, ...]) -> None:
@@ -238,6 +251,13 @@ class NodeLedger:
         if self._free is None:
             self._free = self._spill_elastic(self._avail)
         return self._free
+
+    def unlent_free(self) -> tuple[int, ...]:
+        """Free model cores per NUMA node that are not reserved cores the policy lends: every other balloon takes
+        those last, so they are free as long as anything is, unless the reserved balloon holds them."""
+        free = self.free()
+        held = self._grown.get(RESERVED_TYPE) or (0,) * len(free)
+        return tuple(f - min(max(0, lent - h), f) for f, lent, h in zip(free, self._lent, held))
 
     def free_memory(self) -> tuple[int, ...]:
         """Bytes free per NUMA node: what model pods pin there, and the rest of the node's pods' requests spread
@@ -286,7 +306,7 @@ class NodeLedger:
         now = self._shared_by_type.get(btype.name)
 
         def cores(total: int) -> int:
-            return math.ceil(shared_balloon_cpus(btype, total, len(self.reserved)) / self.threads_per_core)
+            return math.ceil(shared_balloon_cpus(btype, total, self._kept_cpus) / self.threads_per_core)
 
         return max(0, cores((now or 0) + milli) - (cores(now) if now is not None else 0))
 
@@ -299,17 +319,36 @@ class NodeLedger:
         btype = policy.route_type(balloon)
         milli = self._shared_by_type.get(balloon)
         want = 0 if milli is None else \
-            math.ceil(shared_balloon_cpus(btype, milli, len(self.reserved)) / self.threads_per_core)
+            math.ceil(shared_balloon_cpus(btype, milli, self._kept_cpus) / self.threads_per_core)
         grown = self._grown.get(balloon, (0,) * len(self.capacity))
+        reserved = btype.name == RESERVED_TYPE
         base = tuple(len(n.cores) - c for n, c in zip(self.topology.numa_nodes, self.capacity)) \
-            if btype.name == RESERVED_TYPE else ()
+            if reserved and not self.lends_reserved else ()
         delta = want - sum(grown)
         self._free = None
         if delta > 0:
             far = tuple(dict.fromkeys(t.close_numa for t in policy.balloon_types
                                       if t.close_numa is not None and t.close_numa != btype.close_numa))
-            grown = inflation.grow(grown, self.free(), delta, close=btype.close_numa, far=far, base=base,
-                                   balancing=policy.topology_balancing)
+            free = self.free()
+            if reserved and self.lends_reserved:
+                # It prefers the reserved cpuset, which every other balloon takes last: first the reserved cores
+                # still free, by the same rules, then the rest.
+                idle = [min(max(0, lent - g), f) for lent, g, f in zip(self._lent, grown, free)]
+                first = min(delta, sum(idle))
+                if first:
+                    before = grown
+                    grown = inflation.grow(grown, idle, first, far=far, balancing=policy.topology_balancing)
+                    free = tuple(f - (g - b) for f, g, b in zip(free, grown, before))
+                    delta -= first
+            if delta:
+                grown = inflation.grow(grown, free, delta, close=btype.close_numa, far=far, base=base,
+                                       balancing=policy.topology_balancing)
+            short = want - sum(grown)
+            if short > 0:
+                # No whole core is free, yet the plugin, which counts threads, still finds one: hold it where the
+                # balloon has most, so that a ledger rebuilt in another order holds the same.
+                most = max(range(len(grown)), key=lambda i: (grown[i], -i))
+                grown = tuple(g + short if i == most else g for i, g in enumerate(grown))
         elif delta < 0:
             grown = inflation.shrink(grown, self.free(), -delta, base=base)
         if any(grown):

@@ -52,6 +52,7 @@ IGNORED_SETTING = "policy-setting-ignored"
 APPLIES_TO_NO_NODE = "policy-applies-to-no-node"
 SPAN_BELOW_TP = "policy-span-below-tp"
 NUMA_UNKNOWN = "policy-numa-unknown"
+LENDS_RESERVED = "policy-lends-reserved-cpus"
 
 # Forbidden on a composite type (validateConfig), whose CPUs come from its components: the pointer options when set
 # at all, even to false; the others when set to something.
@@ -83,6 +84,7 @@ def check_policy(obj: Mapping[str, Any], cluster: ClusterState) -> PolicyCheck:
     refusals = list(_plugin_refusals(spec, raw_types))
     warnings = list(_ignored_settings(raw_types))
     policy = parse_balloons_policy(obj)
+    warnings.extend(_lent_reserved(policy))
     model_types = [t.name for t in policy.balloon_types if t.name.startswith(cluster.settings.nri_balloon_prefix)]
     warnings.extend(_narrow_types(policy, model_types, cluster.settings.nri_balloon_prefix))
     names = _applies_to(policy, cluster)
@@ -232,6 +234,20 @@ def _reserved_quantity(spec: Mapping[str, Any], raw_types: Sequence[Mapping[str,
     elif not min_cpus and max_cpus and max_cpus < count:
         yield Finding(PLUGIN_REFUSES, f"reservedResources.cpu {text} means {count} reserved CPUs but the "
                                       f"reserved type's maxCPUs is {max_cpus}")
+
+
+def _lent_reserved(policy: BalloonsPolicy) -> Iterator[Finding]:
+    text = policy.reserved_cpu or ""
+    try:
+        cpus = CPUSet.parse(text.partition(":")[2]) if text.startswith("cpuset:") else None
+    except CPUSetError:
+        return  # _reserved_quantity says so
+    if cpus is not None and policy.lends_reserved(len(cpus)):
+        yield Finding(LENDS_RESERVED, f"the reserved type sets neither minCPUs nor maxCPUs, so the plugin keeps none "
+                                      f"of reservedResources {text} for kube-system and lends those CPUs to other "
+                                      "balloons, which may then take them on another NUMA node than their own; the "
+                                      f"extender refuses model pods that would need them: set the reserved type's "
+                                      f"minCPUs to {len(cpus)}")
 
 
 def _ignored_settings(raw_types: Sequence[Mapping[str, Any]]) -> Iterator[Finding]:

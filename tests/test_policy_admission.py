@@ -241,7 +241,8 @@ async def test_a_plain_tp2_type_is_admitted_with_a_warning(wh: Webhook) -> None:
 
 
 async def test_a_policy_no_node_takes_is_admitted_with_a_warning(wh: Webhook) -> None:
-    answer = await wh.validate(policy_review(stored(spec(), name="node.cpu-gone"), "CREATE"))
+    held = spec({"name": "reserved", "minCPUs": 12}, *TWO_NUMA_TYPES)
+    answer = await wh.validate(policy_review(stored(held, name="node.cpu-gone"), "CREATE"))
     assert answer.allowed
     assert answer.warning_text == ("BalloonsPolicy kube-system/node.cpu-gone: it applies to no node now: no node "
                                    "named 'cpu-gone' is known")
@@ -259,3 +260,16 @@ async def test_what_is_not_judged_and_what_cannot_be_read(wh: Webhook) -> None:
     assert (answer.allowed, answer.code) == (False, 400)
     assert answer.message == ("model-placement refuses BalloonsPolicy kube-system/default: "
                               "spec.balloonTypes is not a list.")
+
+
+async def test_a_reserved_type_without_min_cpus_is_admitted_with_a_warning_it_lends_the_cpuset(wh: Webhook) -> None:
+    # The plugin resolves such a type's minCPUs to 0 (tests/oracle/test_lent_reserved.py shows what follows).
+    lending = stored(spec(*TWO_NUMA_TYPES), name="node.big")
+    answer = await wh.validate(policy_review(lending))
+    assert answer.allowed
+    assert ("the reserved type sets neither minCPUs nor maxCPUs, so the plugin keeps none of reservedResources "
+            f"{RESERVED} for kube-system and lends those CPUs to other balloons, which may then take them on another "
+            "NUMA node than their own; the extender refuses model pods that would need them: set the reserved "
+            "type's minCPUs to 12") in answer.warning_text
+    held = stored(spec({"name": "reserved", "minCPUs": 12}, *TWO_NUMA_TYPES), name="node.big")
+    assert "lends" not in (await wh.validate(policy_review(held))).warning_text

@@ -45,7 +45,7 @@ from tests.oracle.sysfs import NodeShape
 SETTINGS = Settings(require_amx=False)
 NODE = "node-0"
 STREAMS_PER_PEER = 5
-GROUPS = int(__import__("os").environ.get("ORACLE_GROUPS", "64"))  # x STREAMS_PER_PEER scenarios
+GROUPS = int(__import__("os").environ.get("ORACLE_GROUPS", "125"))  # x STREAMS_PER_PEER scenarios
 EVENTS = 24
 POLICIES = ("generated", "generated", "generated", "generated-capped", "plain", "plain-shared", "elastic")
 GENERATED = ("generated", "generated-capped")  # our own policy, and with maxBalloons / maxCPUs caps
@@ -383,7 +383,7 @@ def test_the_ledger_never_admits_what_the_plugin_fails_spreads_or_shares(capsys:
     total = play_all(groups())
     with capsys.disabled():
         print("\n" + report(total))
-    assert total.scenarios >= min(300, 5 * GROUPS)  # bench/bench_oracle.py plays thousands, on demand
+    assert total.scenarios >= min(600, 5 * GROUPS)  # bench/bench_oracle.py plays thousands, on demand
     assert total.table["admit/local"] > sum(total.table.values()) / 4  # the streams exercise admissions
     assert not total.bad, "\n".join(total.bad[:20])
     assert not total.forgotten, "\n".join(total.forgotten[:20])

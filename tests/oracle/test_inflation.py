@@ -25,6 +25,7 @@ import pytest
 from placement.assume import AssumeCache
 from placement.cluster import ClusterState
 from placement.demand import read_model_pod
+from placement.fit import Fit
 from placement.mutation import mutate_pod
 from tests.oracle.kubelet import PodRun, peer_pod, run_pod
 from tests.oracle.peer import BalloonsPeer
@@ -67,8 +68,8 @@ class Node:
         self.pods[name] = (pod, run)
         return True
 
-    def add_model(self, name: str, tp: int, cpu: int) -> tuple[bool, dict[int, int], dict[int, int]]:
-        """Whether the ledger admitted it, where it said, and where the plugin put it (kept only if admitted)."""
+    def add_model(self, name: str, tp: int, cpu: int) -> tuple[Fit, dict[int, int]]:
+        """The ledger's verdict, and where the plugin put it (kept only if the ledger admitted it)."""
         mutated = mutate_pod(model_pod(name, tp, cpu), self.cluster).pod
         demand = read_model_pod(mutated, SETTINGS)
         assert demand is not None
@@ -85,7 +86,7 @@ class Node:
             self.pods[name] = (bound, run)
         else:
             self.plugin.remove_pod(run.pod)
-        return verdict.ok, dict(verdict.per_numa), got
+        return verdict, got
 
     def delete(self, name: str) -> None:
         pod, run = self.pods.pop(name)
@@ -111,8 +112,8 @@ def test_the_issues_two_system_pods_grow_the_reserved_balloon_where_the_plugin_d
         assert node.add_system("small", "kube-system", 4)  # 2 more: NUMA node 1 has room for them
         ledger, real = node.free()
         assert ledger == real == (0, 14), (ledger, real)
-        admitted, said, got = node.add_model("t", 1, 8)
-        assert admitted and said == got == {1: 8}, (said, got)
+        verdict, got = node.add_model("t", 1, 8)
+        assert verdict.ok and dict(verdict.per_numa) == got == {1: 8}, (verdict, got)
 
 
 @pytest.mark.parametrize("label", list(SHAPES))
@@ -133,8 +134,9 @@ def test_random_churn_of_system_and_model_pods_keeps_the_ledger_on_the_plugins_n
                 elif roll < 0.7 and system:
                     node.delete(rng.choice(system))
                 elif roll < 0.85:
-                    ok, said, got = node.add_model(f"m-{seed}-{step}", rng.choice((1, 1, 2)), rng.choice((4, 8, 12)))
-                    if ok:
+                    verdict, got = node.add_model(f"m-{seed}-{step}", rng.choice((1, 1, 2)), rng.choice((4, 8, 12)))
+                    said = dict(verdict.per_numa)
+                    if verdict.ok:
                         admitted += 1
                         misplaced += said != got
                         assert said == got or (label not in EXACT and drift), (label, seed, step, said, got)
