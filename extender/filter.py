@@ -103,7 +103,8 @@ def explain(demand: ModelDemand, fit: fitmod.Fit) -> str:
     """The refusal as users read it: the core's reason, completed with what the demand costs when the
     reason does not already say it. Names neither the node nor the pod."""
     described = fit.footprint.describe() if fit.footprint is not None else describe_demand(demand)
-    return fit.reason if described in fit.reason else f"{fit.reason} (needs {described})"
+    reason = fit.reason
+    return reason if described in reason else f"{reason} (needs {described})"
 
 
 UNKNOWN_NODE = "not known to the extender (not in its cache yet, or deleted)"

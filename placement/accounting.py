@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from placement import fit as fitmod
 from placement import nri as nrimod
+from placement import reasons
 from placement.balloonspolicy import BalloonsPolicy
 from placement.demand import ModelDemand
 from placement.ledger import Holding, NodeLedger, NodeNRI, Placed, Stamps
@@ -155,7 +156,7 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
         hold_observed(ledger, rec, demand, zone, observed, fit)
         return
     result = fit(demand, ledger)
-    if result.footprint is None or result.check in (fitmod.BALLOON_TYPE_MISSING, fitmod.NRI_NOT_RUNNING):
+    if result.footprint is None or result.check in (reasons.BALLOON_TYPE_MISSING, reasons.NRI_NOT_RUNNING):
         # No balloon can exist for it there: it really runs in the shared pool.
         ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon,
                           rec.shared_memory + demand.memory_bytes)

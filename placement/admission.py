@@ -20,9 +20,10 @@ from placement.demand import (
     controller_of,
     model_container,
 )
-from placement.fit import INSUFFICIENT_FREE, nominal_footprint
+from placement.fit import nominal_footprint
 from placement.mutation import Mutation, mutate_pod
 from placement.preflight import NRI_FALLBACK, Verdict, preflight
+from placement.reasons import INSUFFICIENT_FREE
 from placement.refusals import POD_SPEC, REPLICAS, NotMutated
 from placement.vllm import vllm_notes
 

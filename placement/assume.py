@@ -9,6 +9,7 @@ ours), `confirm` does where there is no watch, and `forget` or `expire` release 
 from __future__ import annotations
 
 from placement import fit as fitmod
+from placement import reasons
 from placement.cluster import ClusterState, PodRecord
 from placement.demand import ModelDemand
 from placement.ledger import Placed
@@ -24,11 +25,10 @@ class AssumeCache:
         cluster = self.cluster
         ledger = cluster.ledger(node)
         if ledger is None:
-            return fitmod.Fit(node, False, "unknown-node", f"node {node} is not known to the extender", False)
+            return fitmod.Fit(node, reasons.UnknownNode(node), False)
         old = cluster.pods.get(uid)
         if old is not None and old.node is not None:
-            return fitmod.Fit(node, False, "already-bound",
-                              f"pod {namespace}/{name} is already bound to node {old.node}", False)
+            return fitmod.Fit(node, reasons.AlreadyBound(f"{namespace}/{name}", old.node), False)
         now = cluster.clock()
         result = cluster.fit(demand, ledger)
         if not result.ok:

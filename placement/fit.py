@@ -1,4 +1,4 @@
-"""Fit and score a model demand on one node, and say why not: the text users read.
+"""Fit and score a model demand on one node, and say why not (placement/reasons.py words it for users).
 
 `fit` is the one question both the webhook's pre-flight and the extender's filter ask, of the same
 ledger; `place` is `fit` followed by `hold`, so the two can never disagree.
@@ -12,38 +12,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from placement import nri
+from placement import nri, reasons
 from placement.balloonspolicy import BalloonsPolicy, BalloonType
-from placement.demand import OUT_REQUESTED, ModelDemand, ranks_text, round_up
+from placement.demand import OUT_REQUESTED, ModelDemand, round_up
 from placement.ledger import Holding, NodeLedger
-from placement.quantity import QuantityError, cpu_milli, format_cpu
+from placement.quantity import QuantityError, cpu_milli
 
 EXCLUSIVE_POLICIES = ("nri-balloons", "kubelet-static")
 
-# Check ids: one name per refusal, shared by messages, logs and metrics.
-FITS = "fits"
-TP_EXCEEDS_NUMA = "tp-exceeds-numa"
-FOOTPRINT_EXCEEDS_NODE = "footprint-exceeds-node"
-BALLOON_TYPE_MISSING = nri.BALLOON_TYPE_MISSING
-BALLOON_TYPE_CAPPED = nri.BALLOON_TYPE_CAPPED
-BALLOON_NOT_NUMA_LOCAL = nri.NOT_NUMA_LOCAL
-RANKS_SHARE_NUMA = "ranks-share-numa"
-NRI_NOT_RUNNING = "nri-not-running"
-MAX_BALLOONS = "max-balloons-reached"
-SHARES_BALLOON = "balloon-would-be-shared"
-MEMORY_EXCEEDS_NUMA = "memory-exceeds-numa"
-INSUFFICIENT_FREE_MEMORY = "insufficient-free-memory"
-INSUFFICIENT_FREE = nri.INSUFFICIENT_FREE
-NO_CPU = "no-cpu-request"
-REQUEST_OVER_SHARES = "request-over-cpu-shares"
-PLACEMENT_UNKNOWN = "placement-unknown"
-RESERVED_LENT = "reserved-cpus-lent"
-# Model pods with no recorded placement (bound by another scheduler, or before the install) and no container zone
-# in the plugin's NodeResourceTopology: held on every NUMA node they could be on.
-_UNKNOWN = "model pods here with no recorded placement count on every NUMA node they could use"
-UNKNOWN_REASON = (f"the balloons plugin may pick NUMA nodes without room for it ({_UNKNOWN}: bound by another "
-                  "scheduler or before model-placement was installed); re-create them through this scheduler, or set "
-                  "showContainersInNrt: true in the BalloonsPolicy")
+FITS = "fits"  # the check id of a fit; a refusal's are in placement/reasons.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +50,7 @@ class Fit(NamedTuple):
     # A named tuple, not a frozen dataclass: the extender builds thousands per demand, and a frozen
     # dataclass costs three times as much to build.
     node: str
-    ok: bool
-    check: str
-    reason: str  # empty when it fits; names neither node nor pod, so the scheduler's summary can count it
+    why: reasons.Reason | None  # None when it fits
     resolvable: bool  # could evicting pods make it fit?
     per_numa: tuple[tuple[int, int], ...] = ()
     score: int = 0
@@ -85,6 +60,20 @@ class Fit(NamedTuple):
     # The node holds a pod of unknown placement: `per_numa` is a guess (it fits wherever the plugin puts it), so it
     # will be held as unknown too.
     unknown: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.why is None
+
+    @property
+    def check(self) -> str:
+        return FITS if self.why is None else self.why.check
+
+    @property
+    def reason(self) -> str:
+        """Empty when it fits. Rendered when read, not when refused: most fits are asked for their verdict alone
+        (preflight reads the reasons of a few nodes of thousands, the victim search none)."""
+        return "" if self.why is None else self.why.text()
 
 
 def fmt_free(ledger: NodeLedger, free: tuple[int, ...]) -> str:
@@ -167,8 +156,8 @@ def balloon_request(demand: ModelDemand, annotations: Mapping[str, Any], tpc: in
     return round_up(cores, span) * tpc * 1000
 
 
-def _refuse(node: str, check: str, reason: str, resolvable: bool, fp: Footprint | None = None) -> Fit:
-    return Fit(node, False, check, reason, resolvable, footprint=fp)
+def _refuse(node: str, why: reasons.Reason, resolvable: bool, fp: Footprint | None = None) -> Fit:
+    return Fit(node, why, resolvable, footprint=fp)
 
 
 def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy: str) -> Fit:
@@ -178,8 +167,9 @@ def fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strategy
     read: by the demand and the node's shape and policy alone. The extender shares such refusals between
     nodes of one shape. No reason names the node or the pod."""
     result = _fit(demand, ledger, threads_per_core, strategy)
-    if ledger.unsettled and not result.ok and result.resolvable and result.check != PLACEMENT_UNKNOWN:
-        return result._replace(reason=f"{result.reason} ({_UNKNOWN})")
+    why = result.why
+    if ledger.unsettled and why is not None and result.resolvable and not isinstance(why, reasons.PlacementUnknown):
+        return result._replace(why=reasons.Unsettled(why))
     return result
 
 
@@ -216,14 +206,13 @@ def _fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strateg
     numa_count = len(ledger.capacity)
     span = demand.numa_nodes
     if span > numa_count:
-        return _refuse(node, TP_EXCEEDS_NUMA,
-                       f"{demand.ranks} needs {span} NUMA nodes, one per rank; this node has {numa_count}", False)
+        return _refuse(node, reasons.TpExceedsNuma(demand.tp, demand.pp, demand.dp, numa_count), False)
     policy = demand.policy
     if policy == "nri-balloons":
         return _fit_balloon(demand, ledger, node, strategy)
     fp = _footprint(policy, demand.cpus, ledger.threads_per_core, threads_per_core)
     if fp.exclusive and fp.cores == 0:
-        return _refuse(node, NO_CPU, "the model container requests no CPU", False, fp)
+        return _refuse(node, reasons.NoCpu(), False, fp)
     free = ledger.free()
     if policy == "kubelet-static":
         return _fit_static(ledger, node, fp, free, strategy)
@@ -233,19 +222,12 @@ def _fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strateg
 def _nri_refusal(demand: ModelDemand, ledger: NodeLedger, node: str) -> Fit:
     policy = ledger.nri.policy
     if policy is None:
-        return _refuse(node, BALLOON_TYPE_MISSING,
-                       f"no BalloonsPolicy applies to this node, so balloon type {demand.balloon_type} cannot be "
-                       "created here", False)
-    # A node's own policy is named after it: say so without the name, so the reason stays one per class.
-    where = "the node's own BalloonsPolicy" if policy.name == f"node.{ledger.name}" else \
-        f"BalloonsPolicy {policy.namespace}/{policy.name}"
+        return _refuse(node, reasons.NoBalloonsPolicy(demand.balloon_type), False)
+    named = "" if policy.name == f"node.{ledger.name}" else f"{policy.namespace}/{policy.name}"
     if not ledger.nri.running:
-        return _refuse(node, NRI_NOT_RUNNING,
-                       f"the NRI balloons plugin reports {ledger.nri.status} for {where} on this node, so it is "
-                       "not pinning CPUs here", False)
-    known = ", ".join(t.name for t in policy.balloon_types) or "none"
-    return _refuse(node, BALLOON_TYPE_MISSING,
-                   f"balloon type {demand.balloon_type} is not defined in {where} (types there: {known})", False)
+        return _refuse(node, reasons.NriNotRunning(ledger.nri.status, named), False)
+    known = tuple(t.name for t in policy.balloon_types)
+    return _refuse(node, reasons.BalloonTypeUndefined(demand.balloon_type, named, known), False)
 
 
 def _score(ledger: NodeLedger, free_after: list[int], strategy: str, memory_after: list[int] | None = None) -> int:
@@ -291,26 +273,28 @@ def _most_free(free: tuple[int, ...], count: int) -> list[int]:
 
 
 class _Empty(NamedTuple):
-    """A demand's balloon on an empty node of one shape and policy: what no eviction changes."""
+    """A demand's balloon on an empty node of one shape and policy, where it fits: what no eviction changes."""
 
-    check: str  # FITS, or why not
-    reason: str
-    footprint: Footprint | None
-    step: nri.Step | None  # the plan `nri.place` walks on the node as it is
+    footprint: Footprint
+    step: nri.Step  # the plan `nri.place` walks on the node as it is
     memory: int  # bytes on each of its NUMA nodes (pinMemory), 0 when not checked
+
+
+class _NeverFits(NamedTuple):
+    why: reasons.Reason
+    footprint: Footprint | None
 
 
 @lru_cache(maxsize=4096)
 def _on_empty(policy: BalloonsPolicy, name: str, milli: int, capacity: tuple[int, ...], tpc: int,
-              numa_memory: tuple[int, ...], memory_bytes: int, tp: int, pp: int, dp: int) -> _Empty:
+              numa_memory: tuple[int, ...], memory_bytes: int, tp: int, pp: int, dp: int) -> _Empty | _NeverFits:
     # Memoised: a fleet has a few shapes and policies, and every node of one answers the same; the key is what
     # the answer reads (a demand or a ledger would hash more, and differ per pod and per node).
     empty = nri.plan_empty(policy, policy.known_type(name), milli, capacity, tpc)
-    if isinstance(empty, nri.Refusal):
-        if empty.check in (INSUFFICIENT_FREE, BALLOON_NOT_NUMA_LOCAL):
-            return _Empty(FOOTPRINT_EXCEEDS_NODE, f"{empty.reason}, more than this node has even when empty (at "
-                                                  f"most {max(capacity)} model cores on a NUMA node)", None, None, 0)
-        return _Empty(empty.check, empty.reason, None, None, 0)
+    if not isinstance(empty, nri.Plan):
+        if isinstance(empty, (reasons.NoRoomOnOneNuma, reasons.PreferredNumaMissing)):
+            return _NeverFits(reasons.ExceedsEmptyNode(empty, max(capacity)), None)
+        return _NeverFits(empty, None)
     fp = _balloon_footprint(name, empty.per_numa, empty.cpus)
     span = tp * pp * dp
     memory = 0
@@ -318,16 +302,10 @@ def _on_empty(policy: BalloonsPolicy, name: str, milli: int, capacity: tuple[int
         memory = -(-memory_bytes // span)
         room = sorted(numa_memory, reverse=True)[span - 1]
         if memory > room:
-            return _Empty(MEMORY_EXCEEDS_NUMA,
-                          f"{ranks_text(tp, pp, dp)} pins {fmt_bytes(memory)} of memory to each of its {span} NUMA "
-                          f"node{'s' if span > 1 else ''} (pinMemory); nodes of this shape have {fmt_bytes(room)}",
-                          fp, None, 0)
+            return _NeverFits(reasons.MemoryExceedsNuma(tp, pp, dp, memory, room), fp)
     if fp.numa_nodes != span:
-        return _Empty(RANKS_SHARE_NUMA,
-                      f"balloon type {name} puts the model on {fp.numa_nodes} NUMA node"
-                      f"{'s' if fp.numa_nodes != 1 else ''} but its {ranks_text(tp, pp, dp)} needs {span}, one "
-                      "per rank", fp, None, 0)
-    return _Empty(FITS, "", fp, nri.compile_type(policy, name, milli, tpc), memory)
+        return _NeverFits(reasons.TypeSpansFewer(name, fp.numa_nodes, tp, pp, dp), fp)
+    return _Empty(fp, nri.compile_type(policy, name, milli, tpc), memory)
 
 
 def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: str) -> Fit:
@@ -337,93 +315,65 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
         return _nri_refusal(demand, ledger, node)
     milli = demand.cpu_milli
     if milli == 0:
-        return _refuse(node, NO_CPU, "the model container requests no CPU", False)
+        return _refuse(node, reasons.NoCpu(), False)
     if milli > nri.MAX_REQUEST_MILLI:
-        return _refuse(node, REQUEST_OVER_SHARES,
-                       f"the model container requests {demand.cpus} CPUs, and the balloons plugin reads a request "
-                       f"from its cpu.shares, which stop at {nri.MAX_REQUEST_MILLI // 1000} CPUs: the balloon would "
-                       "be smaller than asked; split the model into more pods or request less", False)
+        return _refuse(node, reasons.RequestOverShares(demand.cpus, nri.MAX_REQUEST_MILLI // 1000), False)
     empty = _on_empty(policy, btype.name, milli, ledger.capacity, ledger.threads_per_core, ledger.numa_memory,
                       demand.memory_bytes, demand.tp, demand.pp, demand.dp)
+    if isinstance(empty, _NeverFits):
+        return _refuse(node, empty.why, False, empty.footprint)
     fp = empty.footprint
-    if empty.step is None:
-        return _refuse(node, empty.check, empty.reason, False, fp)
     if btype.max_balloons > 0 and ledger.count_balloons(btype.name) >= btype.max_balloons:
-        return _refuse(node, MAX_BALLOONS,
-                       f"maxBalloons={btype.max_balloons} {btype.name} balloons already run here; the plugin would "
-                       "put this model into one of them, sharing its cores", True, fp)
+        return _refuse(node, reasons.MaxBalloons(btype.name, btype.max_balloons), True, fp)
     if not btype.prefer_new_balloons and ledger.count_balloons(btype.name):
         # Existing balloons of the type are filled (and inflated) before a new one is made (allocateBalloonOfDef).
-        return _refuse(node, SHARES_BALLOON,
-                       f"balloon type {btype.name} has preferNewBalloons: false and a {btype.name} balloon already "
-                       "runs here: the plugin would put this model into it, sharing its cores", True, fp)
+        return _refuse(node, reasons.SharesBalloon(btype.name), True, fp)
     free = ledger.free()
     placed = nri.place(policy, empty.step, free, ledger.instances)
-    if isinstance(placed, nri.Refusal):
-        return _refuse(node, placed.check, placed.reason, True, fp)
+    if not isinstance(placed, nri.Plan):
+        return _refuse(node, placed, True, fp)
     fp = _balloon_footprint(btype.name, placed.per_numa, placed.cpus)
     span = fp.numa_nodes
     if span != demand.numa_nodes:
-        return _refuse(node, RANKS_SHARE_NUMA,
-                       f"needs {demand.numa_nodes} distinct NUMA nodes; with what runs here the plugin would put "
-                       f"its ranks on {span}", True, fp)
+        return _refuse(node, reasons.RanksCrowded(demand.numa_nodes, span), True, fp)
     if ledger.lends_reserved:
         # The plugin takes lent reserved CPUs last and, once it needs some, by hints that may pick them on another
         # NUMA node than the rest of the balloon (the oracle saw 7 cores on one and the 8th on the other).
         unlent = ledger.unlent_free()
         short = [(i, cores - unlent[i]) for i, cores in placed.per_numa if cores > unlent[i]]
         if short:
-            numa, lacking = short[0]
-            return _refuse(node, RESERVED_LENT,
-                           f"the balloon would need {lacking} of the reserved cores on NUMA node {numa}, which the "
-                           "BalloonsPolicy lends (its reserved balloon type sets no minCPUs), and the plugin may "
-                           "take them from another NUMA node; set minCPUs on the reserved type to the size of "
-                           "reservedResources", True, fp)
+            return _refuse(node, reasons.ReservedLent(*short[0]), True, fp)
     if ledger.unsettled:
         # The instance counts balance-balloons reads are unknown: whichever balloon the plugin makes must fit.
         for variant in nri.variants(empty.step):
             other = nri.place(policy, variant, free)
-            if isinstance(other, nri.Refusal) or len(other.per_numa) != span:
-                return _refuse(node, PLACEMENT_UNKNOWN, UNKNOWN_REASON, True, fp)
+            if not isinstance(other, nri.Plan) or len(other.per_numa) != span:
+                return _refuse(node, reasons.PlacementUnknown(), True, fp)
     after = list(free)
     for i, cores in placed.per_numa:
         after[i] -= cores
     grows = ledger.shared_growth(demand.namespace, demand.shared_milli)
     if grows > sum(after):
         # The plugin fails a container its balloon cannot grow for: the sidecars would not start.
-        return _refuse(node, INSUFFICIENT_FREE,
-                       f"its other containers (cpu: {format_cpu(demand.shared_milli)} together) grow the shared "
-                       f"balloon they land in by {grows} core{'s' if grows != 1 else ''}, and beside its ranks "
-                       f"{sum(after)} would be free",
-                       True, fp)
+        return _refuse(node, reasons.SidecarsNoRoom(demand.shared_milli, grows, sum(after)), True, fp)
     memory = empty.memory
     if not memory:
-        return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types,
+        return Fit(node, None, True, placed.per_numa, _score(ledger, after, strategy), fp, placed.types,
                    unknown=ledger.unsettled > 0)
     memory_after = list(ledger.free_memory())
     for i, _ in placed.per_numa:
         if memory_after[i] < memory:
-            return _refuse(node, INSUFFICIENT_FREE_MEMORY,
-                           f"needs {fmt_bytes(memory)} free memory on each of its NUMA nodes (pinMemory); the "
-                           f"plugin would put it on NUMA node{'s' if span > 1 else ''} "
-                           f"{', '.join(str(i) for i, _ in placed.per_numa)}", True, fp)
+            return _refuse(node, reasons.NoFreeMemory(memory, tuple(i for i, _ in placed.per_numa)), True, fp)
         memory_after[i] -= memory
-    return Fit(node, True, FITS, "", True, placed.per_numa, _score(ledger, after, strategy, memory_after), fp,
+    return Fit(node, None, True, placed.per_numa, _score(ledger, after, strategy, memory_after), fp,
                placed.types, memory, ledger.unsettled > 0)
-
-
-def fmt_bytes(value: int) -> str:
-    gib = value / 2**30
-    return f"{gib:.0f}Gi" if gib >= 10 or gib == int(gib) else f"{gib:.1f}Gi"
 
 
 def _fit_static(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
     if fp.cores > ledger.capacity_total:
-        return _refuse(node, FOOTPRINT_EXCEEDS_NODE,
-                       f"needs {fp.describe()}; nodes of this shape have {ledger.capacity_total} model cores even "
-                       f"when empty", False, fp)
+        return _refuse(node, reasons.StaticExceedsNode(fp, ledger.capacity_total), False, fp)
     if fp.cores > sum(free):
-        return _refuse(node, INSUFFICIENT_FREE, f"needs {fp.describe()} free", True, fp)
+        return _refuse(node, reasons.CoresTaken(fp), True, fp)
     # Topology Manager keeps it on one NUMA node when one can hold it; else the fewest NUMA nodes.
     remaining = fp.cores
     chosen: list[tuple[int, int]] = []
@@ -436,15 +386,15 @@ def _fit_static(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, .
     after = list(free)
     for i, cores in chosen:
         after[i] -= cores
-    return Fit(node, True, FITS, "", True, tuple(sorted(chosen)), _score(ledger, after, strategy), fp,
+    return Fit(node, None, True, tuple(sorted(chosen)), _score(ledger, after, strategy), fp,
                unknown=ledger.unsettled > 0)
 
 
 def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
     headroom = sum(free) * ledger.threads_per_core + max(0, ledger.shared_pool_cpus - ledger.shared_milli // 1000)
     if fp.cpus > headroom:
-        return _refuse(node, INSUFFICIENT_FREE, f"needs {fp.describe()}, more than is unclaimed", True, fp)
-    return Fit(node, True, FITS, "", True, (), _score(ledger, list(free), strategy), fp)
+        return _refuse(node, reasons.PoolTaken(fp), True, fp)
+    return Fit(node, None, True, (), _score(ledger, list(free), strategy), fp)
 
 
 def holding_for(uid: str, demand: ModelDemand, result: Fit, numa_count: int, assumed_at: float | None = None

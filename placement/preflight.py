@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from placement import fit as fitmod
+from placement import reasons
 from placement.cluster import ClusterState, pod_priority
 from placement.demand import VALID_TP, ModelDemand
 from placement.ledger import NodeLedger
@@ -266,23 +267,23 @@ def _preemption_room(demand: ModelDemand, priority: int, eligible: Sequence[Node
 def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked: Sequence[fitmod.Fit],
                     cluster: ClusterState) -> Verdict:
     # Nodes with too few NUMA nodes are beside the point once some node has enough.
-    ranked = [f for f in ranked if f.check != fitmod.TP_EXCEEDS_NUMA] or list(ranked)
+    ranked = [f for f in ranked if f.check != reasons.TP_EXCEEDS_NUMA] or list(ranked)
     by_node = {ledger.name: ledger for ledger in eligible}
     eligible = [by_node[f.node] for f in ranked]
     resolvable = [f for f in ranked if f.resolvable]
     fp = fitmod.nominal_footprint(demand, _width(eligible, cluster))
     asked = f"{demand.pod} asks for cpu: {demand.requested_cpu}, that is {fp.describe()}"
     if not resolvable:
-        first = ranked[0]
         checks = {f.check for f in ranked}
-        if checks == {fitmod.FOOTPRINT_EXCEEDS_NODE}:
+        if checks == {reasons.FOOTPRINT_EXCEEDS_NODE}:
             best = max(eligible, key=lambda ledger: _room_when_empty(ledger, demand))
             wider = demand.numa_nodes * 2
             spreads = wider in VALID_TP and any(ledger.topology.numa_count >= wider for ledger in eligible)
             return _refused(LargerThanAnyNode(asked, len(eligible), demand.numa_nodes, best.name, max(best.capacity),
                                               _largest_request(demand, best, cluster), demand.ranks,
                                               demand.tp * 2 if spreads else None))
-        return _refused(NeverFits(asked, tuple((f.node, f.reason) for f in ranked[:3]), len(ranked) > 3, first.check))
+        refused = [(f.node, f.why) for f in ranked if f.why is not None]  # every one: it fits on none
+        return _refused(NeverFits(asked, tuple(refused[:3]), len(refused) > 3))
     # It could fit an empty node: what is in the way is other pods.
     top = sorted(resolvable, key=lambda f: -sum(by_node[f.node].free()))[:3]
     most_free = tuple((f.node, fitmod.fmt_free(by_node[f.node], by_node[f.node].free())) for f in top)

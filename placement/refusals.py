@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from placement import fit as fitmod
+from placement import reasons
 
 POD_SPEC = "pod-spec"
 NO_ELIGIBLE_NODE = "no-eligible-node"
@@ -48,7 +48,7 @@ class TooFewNumaNodes:
     eligible: tuple[str, ...]
     most: int  # NUMA nodes the best eligible node has
     fewer: str  # the rank layout that would fit
-    check = fitmod.TP_EXCEEDS_NUMA
+    check = reasons.TP_EXCEEDS_NUMA
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class UnknownBalloonType:
     balloon_type: str
     eligible: tuple[str, ...]
     default_type: str  # what the pod gets without the annotation
-    check = fitmod.BALLOON_TYPE_MISSING
+    check = reasons.BALLOON_TYPE_MISSING
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +81,18 @@ class LargerThanAnyNode:
     most_cpu: int  # the largest `cpu:` that fits it, 0 when none does
     ranks: str
     wider_tp: int | None  # a tensor-parallel size that spreads over more NUMA nodes, where nodes have them
-    check = fitmod.FOOTPRINT_EXCEEDS_NODE
+    check = reasons.FOOTPRINT_EXCEEDS_NODE
 
 
 @dataclass(frozen=True, slots=True)
 class NeverFits:
     asked: str
-    nodes: tuple[tuple[str, str], ...]  # (node, the fit's reason), the first few
+    nodes: tuple[tuple[str, reasons.Reason], ...]  # (node, why it does not fit), the first few
     more: bool
-    check: str  # the first node's check
+
+    @property
+    def check(self) -> str:
+        return self.nodes[0][1].check
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +101,7 @@ class NoRoomNow:
     eligible: int
     most_free: tuple[tuple[str, str], ...]  # (node, its free cores per NUMA node), the freest few
     why: tuple[str, ...]
-    check = fitmod.INSUFFICIENT_FREE
+    check = reasons.INSUFFICIENT_FREE
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +159,7 @@ def render(refusal: Refusal) -> str:
                     f"≥{numa_nodes} NUMA nodes has even when empty (largest: {largest}, {cores} model cores per "
                     f"NUMA node). {advice}.")
         case NeverFits(asked, nodes, more):
-            detail = "; ".join(f"{node}: {reason}" for node, reason in nodes) + ("; …" if more else "")
+            detail = "; ".join(f"{node}: {why.text()}" for node, why in nodes) + ("; …" if more else "")
             return f"{asked}, and no eligible node can ever hold it: {detail}"
         case NoRoomNow(asked, eligible_count, most_free, why):
             free_text = "; ".join(f"{node}: {free}" for node, free in most_free)

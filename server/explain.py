@@ -16,6 +16,7 @@ from typing import Any
 from extender.filter import describe_demand
 from extender.filter import explain as class_reason
 from placement import fit as fitmod
+from placement import reasons
 from placement.cluster import ClusterState, PodRecord
 from placement.config import Settings
 from placement.demand import ModelDemand
@@ -69,12 +70,12 @@ def _change(state: ClusterState, demand: ModelDemand, ledger: NodeLedger, result
             return (f"evict {', '.join(v.pod for v in victims)} (NUMA {', '.join(map(str, outcome.choice.numa))}): "
                     f"the fewest model pods whose cores make room; preemption does this only for pods of lower "
                     "priority")
-    if result.check == fitmod.TP_EXCEEDS_NUMA:
+    if result.check == reasons.TP_EXCEEDS_NUMA:
         return f"ask for at most {len(ledger.capacity)} ranks (tensor-parallel-size × pipeline × data parallel)"
-    if result.check in (fitmod.BALLOON_TYPE_MISSING, fitmod.NRI_NOT_RUNNING):
+    if result.check in (reasons.BALLOON_TYPE_MISSING, reasons.NRI_NOT_RUNNING):
         return ("give the node a BalloonsPolicy that defines balloon type "
                 f"{demand.balloon_type} and an NRI balloons plugin that reports Success"
-                if result.check == fitmod.BALLOON_TYPE_MISSING else "fix the NRI balloons plugin on this node")
+                if result.check == reasons.BALLOON_TYPE_MISSING else "fix the NRI balloons plugin on this node")
     most = _most_cpus(state, demand, ledger)
     if most is not None:
         return f"ask for at most {most} CPUs (the pod asks for {demand.cpus})"

@@ -7,8 +7,8 @@ import textwrap
 from typing import Any
 
 from placement.cluster import ClusterState
-from placement.fit import fmt_bytes
 from placement.ledger import NodeLedger
+from placement.reasons import fmt_bytes
 from server.inputs import plural
 
 WIDTH = 120

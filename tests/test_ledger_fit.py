@@ -14,6 +14,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from placement import fit as fitmod
+from placement import reasons
 from placement.assume import AssumeCache
 from placement.balloons import node_balloons_policy
 from placement.balloonspolicy import BalloonsPolicy, BalloonType, parse_balloons_policy
@@ -90,7 +91,7 @@ def test_refusal_names_the_class_not_the_node_and_is_resolvable_when_other_pods_
     assert result.ok and result.per_numa == ((1, 12),)
     fitmod.place(led, "b", demand(24), 2, "MostAllocated")
     again = fitmod.fit(demand(24), led, 2, "MostAllocated")  # NUMA 0's turn: 5 free, 12 needed
-    assert not again.ok and again.check == fitmod.INSUFFICIENT_FREE and again.resolvable
+    assert not again.ok and again.check == reasons.INSUFFICIENT_FREE and again.resolvable
     assert "the balloons policy puts a rank on NUMA node 0 (or, lacking room there, another), which needs 12 free " \
         "cores on one NUMA node" in again.reason
     assert "vllm-numa" not in again.reason  # the generated policy's component types are not the user's words
@@ -100,17 +101,17 @@ def test_refusal_names_the_class_not_the_node_and_is_resolvable_when_other_pods_
 def test_unresolvable_refusals() -> None:
     led = ledger([16, 16])
     tp4 = fitmod.fit(demand(8, tp=4), led, 2, "MostAllocated")
-    assert (tp4.check, tp4.resolvable) == (fitmod.TP_EXCEEDS_NUMA, False) and "this node has 2" in tp4.reason
+    assert (tp4.check, tp4.resolvable) == (reasons.TP_EXCEEDS_NUMA, False) and "this node has 2" in tp4.reason
     huge = fitmod.fit(demand(80, tp=2), led, 2, "MostAllocated")
-    assert (huge.check, huge.resolvable) == (fitmod.FOOTPRINT_EXCEEDS_NODE, False)
+    assert (huge.check, huge.resolvable) == (reasons.FOOTPRINT_EXCEEDS_NODE, False)
     assert "at most 15 model cores on a NUMA node" in huge.reason
     other = replace(demand(4), balloon_type="custom")
     missing = fitmod.fit(other, led, 2, "MostAllocated")
-    assert (missing.check, missing.resolvable) == (fitmod.BALLOON_TYPE_MISSING, False) and "custom" in missing.reason
+    assert (missing.check, missing.resolvable) == (reasons.BALLOON_TYPE_MISSING, False) and "custom" in missing.reason
     broken = ledger([16, 16])
     broken.nri = NodeNRI(broken.nri.policy, "Failure")
     failed = fitmod.fit(demand(4), broken, 2, "MostAllocated")
-    assert (failed.check, failed.resolvable) == (fitmod.NRI_NOT_RUNNING, False) and "Failure" in failed.reason
+    assert (failed.check, failed.resolvable) == (reasons.NRI_NOT_RUNNING, False) and "Failure" in failed.reason
 
 
 def test_a_plain_type_puts_every_rank_on_one_numa_node_so_tp2_is_refused() -> None:
@@ -118,7 +119,7 @@ def test_a_plain_type_puts_every_rank_on_one_numa_node_so_tp2_is_refused() -> No
     one = fitmod.fit(demand(8), led, 2, "MostAllocated")
     assert one.ok and one.per_numa == ((0, 4),)
     tp2 = fitmod.fit(demand(16, tp=2), led, 2, "MostAllocated")
-    assert (tp2.check, tp2.resolvable) == (fitmod.RANKS_SHARE_NUMA, False)
+    assert (tp2.check, tp2.resolvable) == (reasons.RANKS_SHARE_NUMA, False)
     assert "puts the model on 1 NUMA node but its TP=2 needs 2" in tp2.reason
 
 
@@ -126,18 +127,18 @@ def test_max_balloons_is_resolvable_and_max_cpus_is_compared_with_the_request() 
     led = ledger([16, 16], policy=plain(max_balloons=1))
     assert fitmod.place(led, "a", demand(2), 2, "MostAllocated").ok
     second = fitmod.fit(demand(2), led, 2, "MostAllocated")
-    assert (second.check, second.resolvable) == (fitmod.MAX_BALLOONS, True)
+    assert (second.check, second.resolvable) == (reasons.MAX_BALLOONS, True)
     capped = ledger([16, 16], policy=plain(max_cpus=8))
     assert fitmod.fit(demand(8), capped, 2, "MostAllocated").ok  # 8 CPUs = 4 cores: maxCPUs counts CPUs
     over = fitmod.fit(demand(9), capped, 2, "MostAllocated")
-    assert (over.check, over.resolvable) == (fitmod.BALLOON_TYPE_CAPPED, False) and "maxCPUs=8" in over.reason
+    assert (over.check, over.resolvable) == (reasons.BALLOON_TYPE_CAPPED, False) and "maxCPUs=8" in over.reason
 
 
 def test_a_model_at_max_balloons_waits_for_its_own_pod_to_go_like_any_other() -> None:
     led = ledger([16, 16], policy=plain(max_balloons=1))
     assert fitmod.place(led, "a", demand(2, model="m"), 2, "MostAllocated").ok
     for model in ("m", "other"):  # a new replica of the same model is a new balloon too
-        assert fitmod.fit(demand(2, model=model), led, 2, "MostAllocated").check == fitmod.MAX_BALLOONS
+        assert fitmod.fit(demand(2, model=model), led, 2, "MostAllocated").check == reasons.MAX_BALLOONS
     assert fitmod.fit(demand(2, model="m"), led.scratch(evicted={"a"}), 2, "MostAllocated").ok
     led.release("a")
     assert fitmod.fit(demand(2, model="other"), led, 2, "MostAllocated").ok
@@ -176,7 +177,7 @@ def test_a_model_pod_whose_sidecars_find_no_core_to_grow_into_is_refused() -> No
     assert fitmod.fit(bare, led, 2, "MostAllocated").ok
     with_sidecar = replace(bare, shared_milli=1000, namespace="llm")
     refused = fitmod.fit(with_sidecar, led, 2, "MostAllocated")
-    assert not refused.ok and refused.resolvable and refused.check == fitmod.INSUFFICIENT_FREE
+    assert not refused.ok and refused.resolvable and refused.check == reasons.INSUFFICIENT_FREE
     assert refused.reason == ("its other containers (cpu: 1 together) grow the shared balloon they land in by 1 "
                               "core, and beside its ranks 0 would be free"), refused.reason
 
@@ -350,7 +351,7 @@ def test_only_the_cores_of_a_models_pod_being_deleted_count_as_free_for_its_repl
 def test_refusals_no_eviction_changes_say_so_and_name_no_node() -> None:
     # A plain type too big for any NUMA node would be spread by the plugin: that is a never, not a not-now.
     huge = fitmod.fit(demand(40), ledger([16, 16], policy=plain()), 2, "MostAllocated")
-    assert (huge.check, huge.resolvable) == (fitmod.FOOTPRINT_EXCEEDS_NODE, False) and "even when empty" in huge.reason
+    assert (huge.check, huge.resolvable) == (reasons.FOOTPRINT_EXCEEDS_NODE, False) and "even when empty" in huge.reason
     # A node's own policy (node.<name>) is named without the node's name.
     own = ledger([16, 16])
     own.nri = NodeNRI(replace(own.nri.policy, name="node.n1"), "Success")
@@ -374,7 +375,7 @@ def test_a_request_past_what_cpu_shares_carry_is_refused() -> None:
     led = ledger([40] * 8)
     assert fitmod.fit(demand(256, tp=8), led, 2, "MostAllocated").ok
     over = fitmod.fit(demand(288, tp=8), led, 2, "MostAllocated")
-    assert (over.check, over.resolvable) == (fitmod.REQUEST_OVER_SHARES, False) and "256 CPUs" in over.reason
+    assert (over.check, over.resolvable) == (reasons.REQUEST_OVER_SHARES, False) and "256 CPUs" in over.reason
 
 
 def test_a_placement_that_leaves_a_sliver_of_a_numa_node_scores_below_one_that_does_not() -> None:

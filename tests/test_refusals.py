@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from placement import refusals
+from placement import reasons, refusals
 from placement.refusals import Refusal, render
 
 SAMPLES = {str: "x", int: 3, bool: True, "tuple[str, ...]": ("a", "b"), "tuple[tuple[str, str], ...]": (("n", "r"),),
-           "int | None": 4}
+           "int | None": 4, tuple[tuple[str, reasons.Reason], ...]: (("n", reasons.NoCpu()),)}
 
 
 def sample(kind: type) -> Refusal:

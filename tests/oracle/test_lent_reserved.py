@@ -8,8 +8,8 @@ them (reserved-cpus-lent): the plugin sometimes runs such a balloon NUMA-locally
 from __future__ import annotations
 
 from placement.cluster import ClusterState
-from placement.fit import RESERVED_LENT
 from placement.mutation import mutate_pod
+from placement.reasons import RESERVED_LENT
 from tests.oracle.judge import cores_by_numa
 from tests.oracle.kubelet import peer_pod, run_pod
 from tests.oracle.peer import BalloonsPeer

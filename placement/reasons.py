@@ -1,0 +1,372 @@
+"""Why a demand does not fit one node: one value per kind of refusal, carrying the facts, with its check id and
+`text()`, the one place that words its sentence, as Kubernetes' cpumanager does with its typed errors
+(placement/refusals.py does the same for admission's refusals).
+
+No sentence names the node or the pod: kube-scheduler counts identical reasons into its summary ("0/1000 nodes are
+available: 640 <reason>, ..."), so nodes of one class must give the same text.
+
+The values are named tuples, not frozen dataclasses: a fit that fails builds one, and the extender asks thousands
+of fits per demand, where a frozen dataclass costs three times as much to build. So the check id is the last field,
+defaulted (mypy reads no class attribute of a named tuple), and two kinds with equal fields compare equal: compare
+refusals by `check` or by their text, never by value. Each words itself, rather than one `match` over all kinds:
+`match` tries its cases in turn, a few hundred nanoseconds each on a named tuple.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+from placement.demand import ranks_text
+from placement.quantity import format_cpu
+
+# Check ids: one name per refusal, shared by messages, logs and metrics.
+TP_EXCEEDS_NUMA = "tp-exceeds-numa"
+FOOTPRINT_EXCEEDS_NODE = "footprint-exceeds-node"
+BALLOON_TYPE_MISSING = "balloon-type-missing"
+BALLOON_TYPE_CAPPED = "balloon-type-max-cpus"
+NOT_NUMA_LOCAL = "balloon-not-numa-local"
+RANKS_SHARE_NUMA = "ranks-share-numa"
+NRI_NOT_RUNNING = "nri-not-running"
+MAX_BALLOONS = "max-balloons-reached"
+SHARES_BALLOON = "balloon-would-be-shared"
+MEMORY_EXCEEDS_NUMA = "memory-exceeds-numa"
+INSUFFICIENT_FREE_MEMORY = "insufficient-free-memory"
+INSUFFICIENT_FREE = "insufficient-free"
+NO_CPU = "no-cpu-request"
+REQUEST_OVER_SHARES = "request-over-cpu-shares"
+PLACEMENT_UNKNOWN = "placement-unknown"
+RESERVED_LENT = "reserved-cpus-lent"
+UNKNOWN_NODE = "unknown-node"
+ALREADY_BOUND = "already-bound"
+
+# Model pods with no recorded placement (bound by another scheduler, or before the install) and no container zone
+# in the plugin's NodeResourceTopology: held on every NUMA node they could be on.
+_UNKNOWN = "model pods here with no recorded placement count on every NUMA node they could use"
+
+
+class Described(Protocol):
+    """What a demand costs on a node (fit.Footprint, which this module cannot import: fit imports it)."""
+
+    def describe(self) -> str: ...
+
+
+# The balloons plugin's own refusals (placement/nri.py).
+
+class TypeCapped(NamedTuple):
+    balloon_type: str
+    max_cpus: int
+    asked: int  # CPUs
+
+    check: str = BALLOON_TYPE_CAPPED
+
+    def text(self) -> str:
+        return (f"balloon type {self.balloon_type} holds at most maxCPUs={self.max_cpus} CPUs and this needs "
+                f"{self.asked}")
+
+
+class ComponentMissing(NamedTuple):
+    balloon_type: str  # a composite
+    component: str  # the first of its components the policy lacks
+
+    check: str = BALLOON_TYPE_MISSING
+
+    def text(self) -> str:
+        return (f"composite balloon type {self.balloon_type} names component type {self.component}, which the "
+                "BalloonsPolicy does not define")
+
+
+class PreferredNumaMissing(NamedTuple):
+    balloon_type: str
+    numa: int  # the NUMA node the type prefers
+    numa_count: int  # the node's
+
+    check: str = NOT_NUMA_LOCAL
+
+    def text(self) -> str:
+        return (f"balloon type {self.balloon_type} prefers NUMA node {self.numa}, which a node with "
+                f"{self.numa_count} NUMA node{_s(self.numa_count)} lacks")
+
+
+class NoRoomOnOneNuma(NamedTuple):
+    balloon_type: str
+    cores: int  # whole cores the balloon takes
+    numa: int | None  # the NUMA node the type prefers, if any: a rank of the generated policy
+    # NOT_NUMA_LOCAL when the NUMA nodes it may use have that many free together, else INSUFFICIENT_FREE
+    check: str
+
+    def text(self) -> str:
+        # A component type is the generated policy's inner working: the user asked for a model and its ranks, and
+        # the policy decides which NUMA node each rank gets.
+        if self.numa is not None:
+            return (f"the balloons policy puts a rank on NUMA node {self.numa} (or, lacking room there, another), "
+                    f"which needs {self.cores} free core{_s(self.cores)} on one NUMA node")
+        return f"balloon type {self.balloon_type} needs {self.cores} free core{_s(self.cores)} on one NUMA node"
+
+
+# What no eviction changes: the demand against the node's shape and policy.
+
+class NoCpu(NamedTuple):
+    check: str = NO_CPU
+
+    def text(self) -> str:
+        return "the model container requests no CPU"
+
+
+class TpExceedsNuma(NamedTuple):
+    tp: int
+    pp: int
+    dp: int
+    numa_count: int
+
+    check: str = TP_EXCEEDS_NUMA
+
+    def text(self) -> str:
+        return (f"{ranks_text(self.tp, self.pp, self.dp)} needs {self.tp * self.pp * self.dp} NUMA nodes, one per "
+                f"rank; this node has {self.numa_count}")
+
+
+class NoBalloonsPolicy(NamedTuple):
+    balloon_type: str
+
+    check: str = BALLOON_TYPE_MISSING
+
+    def text(self) -> str:
+        return f"no BalloonsPolicy applies to this node, so balloon type {self.balloon_type} cannot be created here"
+
+
+class NriNotRunning(NamedTuple):
+    status: str | None  # as the plugin reports it
+    policy: str  # namespace/name; empty for the node's own, whose name is the node's
+
+    check: str = NRI_NOT_RUNNING
+
+    def text(self) -> str:
+        return (f"the NRI balloons plugin reports {self.status} for {_where(self.policy)} on this node, so it is not "
+                "pinning CPUs here")
+
+
+class BalloonTypeUndefined(NamedTuple):
+    balloon_type: str
+    policy: str  # as NriNotRunning's
+    known: tuple[str, ...]  # the types it defines
+
+    check: str = BALLOON_TYPE_MISSING
+
+    def text(self) -> str:
+        return (f"balloon type {self.balloon_type} is not defined in {_where(self.policy)} (types there: "
+                f"{', '.join(self.known) or 'none'})")
+
+
+class RequestOverShares(NamedTuple):
+    cpus: int
+    most: int  # CPUs the plugin can read from cpu.shares
+
+    check: str = REQUEST_OVER_SHARES
+
+    def text(self) -> str:
+        return (f"the model container requests {self.cpus} CPUs, and the balloons plugin reads a request from its "
+                f"cpu.shares, which stop at {self.most} CPUs: the balloon would be smaller than asked; split the "
+                "model into more pods or request less")
+
+
+class ExceedsEmptyNode(NamedTuple):
+    why: NoRoomOnOneNuma | PreferredNumaMissing  # what the plugin says on an empty node
+    most: int  # model cores on its largest NUMA node
+
+    check: str = FOOTPRINT_EXCEEDS_NODE
+
+    def text(self) -> str:
+        return (f"{self.why.text()}, more than this node has even when empty (at most {self.most} model cores on a "
+                "NUMA node)")
+
+
+class MemoryExceedsNuma(NamedTuple):
+    tp: int
+    pp: int
+    dp: int
+    memory: int  # bytes pinned on each of its NUMA nodes
+    room: int  # bytes on the NUMA node of this shape with the least, of those it would need
+
+    check: str = MEMORY_EXCEEDS_NUMA
+
+    def text(self) -> str:
+        span = self.tp * self.pp * self.dp
+        return (f"{ranks_text(self.tp, self.pp, self.dp)} pins {fmt_bytes(self.memory)} of memory to each of its "
+                f"{span} NUMA node{'s' if span > 1 else ''} (pinMemory); nodes of this shape have "
+                f"{fmt_bytes(self.room)}")
+
+
+class TypeSpansFewer(NamedTuple):
+    balloon_type: str
+    numa_nodes: int  # the type's balloon spans
+    tp: int
+    pp: int
+    dp: int
+
+    check: str = RANKS_SHARE_NUMA
+
+    def text(self) -> str:
+        return (f"balloon type {self.balloon_type} puts the model on {self.numa_nodes} NUMA "
+                f"node{_s(self.numa_nodes)} but its {ranks_text(self.tp, self.pp, self.dp)} needs "
+                f"{self.tp * self.pp * self.dp}, one per rank")
+
+
+class StaticExceedsNode(NamedTuple):
+    footprint: Described
+    cores: int  # model cores of the node
+
+    check: str = FOOTPRINT_EXCEEDS_NODE
+
+    def text(self) -> str:
+        return f"needs {self.footprint.describe()}; nodes of this shape have {self.cores} model cores even when empty"
+
+
+# What the pods on the node decide: evicting some could make room.
+
+class MaxBalloons(NamedTuple):
+    balloon_type: str
+    max_balloons: int
+
+    check: str = MAX_BALLOONS
+
+    def text(self) -> str:
+        return (f"maxBalloons={self.max_balloons} {self.balloon_type} balloons already run here; the plugin would put "
+                "this model into one of them, sharing its cores")
+
+
+class SharesBalloon(NamedTuple):
+    balloon_type: str  # preferNewBalloons: false, and one runs
+
+    check: str = SHARES_BALLOON
+
+    def text(self) -> str:
+        return (f"balloon type {self.balloon_type} has preferNewBalloons: false and a {self.balloon_type} balloon "
+                "already runs here: the plugin would put this model into it, sharing its cores")
+
+
+class RanksCrowded(NamedTuple):
+    needs: int  # NUMA nodes, one per rank
+    numa_nodes: int  # the plugin would put them on
+
+    check: str = RANKS_SHARE_NUMA
+
+    def text(self) -> str:
+        return (f"needs {self.needs} distinct NUMA nodes; with what runs here the plugin would put its ranks on "
+                f"{self.numa_nodes}")
+
+
+class PlacementUnknown(NamedTuple):
+    check: str = PLACEMENT_UNKNOWN
+
+    def text(self) -> str:
+        return (f"the balloons plugin may pick NUMA nodes without room for it ({_UNKNOWN}: bound by another "
+                "scheduler or before model-placement was installed); re-create them through this scheduler, or set "
+                "showContainersInNrt: true in the BalloonsPolicy")
+
+
+class ReservedLent(NamedTuple):
+    numa: int  # the NUMA node the balloon would take lent cores on
+    lacking: int  # cores beyond what is free there unreserved
+
+    check: str = RESERVED_LENT
+
+    def text(self) -> str:
+        return (f"the balloon would need {self.lacking} of the reserved cores on NUMA node {self.numa}, which the "
+                "BalloonsPolicy lends (its reserved balloon type sets no minCPUs), and the plugin may take them from "
+                "another NUMA node; set minCPUs on the reserved type to the size of reservedResources")
+
+
+class SidecarsNoRoom(NamedTuple):
+    shared_milli: int  # the other containers' CPU
+    grows: int  # cores the shared balloon grows by
+    free: int  # cores free beside the model's ranks
+
+    check: str = INSUFFICIENT_FREE
+
+    def text(self) -> str:
+        return (f"its other containers (cpu: {format_cpu(self.shared_milli)} together) grow the shared balloon they "
+                f"land in by {self.grows} core{_s(self.grows)}, and beside its ranks {self.free} would be free")
+
+
+class NoFreeMemory(NamedTuple):
+    memory: int  # bytes on each of its NUMA nodes
+    numa: tuple[int, ...]  # where the plugin would put it
+
+    check: str = INSUFFICIENT_FREE_MEMORY
+
+    def text(self) -> str:
+        return (f"needs {fmt_bytes(self.memory)} free memory on each of its NUMA nodes (pinMemory); the plugin would "
+                f"put it on NUMA node{'s' if len(self.numa) > 1 else ''} {', '.join(map(str, self.numa))}")
+
+
+class CoresTaken(NamedTuple):
+    footprint: Described  # kubelet-static
+
+    check: str = INSUFFICIENT_FREE
+
+    def text(self) -> str:
+        return f"needs {self.footprint.describe()} free"
+
+
+class PoolTaken(NamedTuple):
+    footprint: Described  # best-effort, from the shared pool
+
+    check: str = INSUFFICIENT_FREE
+
+    def text(self) -> str:
+        return f"needs {self.footprint.describe()}, more than is unclaimed"
+
+
+class Unsettled(NamedTuple):
+    """A refusal on a node holding pods of unknown placement, which may be the cause."""
+
+    why: Reason
+
+    @property
+    def check(self) -> str:
+        return self.why.check
+
+    def text(self) -> str:
+        return f"{self.why.text()} ({_UNKNOWN})"
+
+
+# Binding (placement/assume.py): these name the node and pod, as the bind error does.
+
+class UnknownNode(NamedTuple):
+    node: str
+
+    check: str = UNKNOWN_NODE
+
+    def text(self) -> str:
+        return f"node {self.node} is not known to the extender"
+
+
+class AlreadyBound(NamedTuple):
+    pod: str  # namespace/name
+    node: str  # where it is bound
+
+    check: str = ALREADY_BOUND
+
+    def text(self) -> str:
+        return f"pod {self.pod} is already bound to node {self.node}"
+
+
+Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
+          | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
+          | MemoryExceedsNuma | TypeSpansFewer | StaticExceedsNode | MaxBalloons | SharesBalloon | RanksCrowded
+          | PlacementUnknown | ReservedLent | SidecarsNoRoom | NoFreeMemory | CoresTaken | PoolTaken | Unsettled
+          | UnknownNode | AlreadyBound)
+
+
+def fmt_bytes(value: int) -> str:
+    gib = value / 2**30
+    return f"{gib:.0f}Gi" if gib >= 10 or gib == int(gib) else f"{gib:.1f}Gi"
+
+
+def _s(count: int) -> str:
+    return "s" if count != 1 else ""
+
+
+def _where(policy: str) -> str:
+    # A node's own policy is named after it: said without the name, so the reason stays one per class.
+    return f"BalloonsPolicy {policy}" if policy else "the node's own BalloonsPolicy"

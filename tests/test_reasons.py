@@ -1,0 +1,90 @@
+"""Every kind of per-node refusal has its sentence, worded in one place (its `text()` in placement/reasons.py), and its
+check id, which the extender's metrics, the explain command and admission key on. The sentences are the ones users
+read in kube-scheduler's FailedScheduling summaries, so none names a node or a pod (but binding's own)."""
+
+from __future__ import annotations
+
+import typing
+
+from placement import reasons as r
+from placement.fit import Footprint
+
+STATIC = Footprint("kubelet-static", 1, 0, 6, 12, None, True)
+SHARED = Footprint("best-effort", 1, 0, 0, 3, None, False)
+NO_ROOM = r.NoRoomOnOneNuma("vllm-tp1", 5, None, r.INSUFFICIENT_FREE)
+
+# (refusal, its check, the sentence), one per kind at least.
+CASES: list[tuple[r.Reason, str, str]] = [
+    (r.TypeCapped("vllm", 8, 12), r.BALLOON_TYPE_CAPPED,
+     "balloon type vllm holds at most maxCPUs=8 CPUs and this needs 12"),
+    (r.ComponentMissing("tp2", "vllm-numa1"), r.BALLOON_TYPE_MISSING,
+     "composite balloon type tp2 names component type vllm-numa1, which the BalloonsPolicy does not define"),
+    (r.PreferredNumaMissing("vllm-numa3", 3, 2), r.NOT_NUMA_LOCAL,
+     "balloon type vllm-numa3 prefers NUMA node 3, which a node with 2 NUMA nodes lacks"),
+    (r.PreferredNumaMissing("vllm-numa1", 1, 1), r.NOT_NUMA_LOCAL,
+     "balloon type vllm-numa1 prefers NUMA node 1, which a node with 1 NUMA node lacks"),
+    (NO_ROOM, r.INSUFFICIENT_FREE, "balloon type vllm-tp1 needs 5 free cores on one NUMA node"),
+    (r.NoRoomOnOneNuma("vllm-numa0", 1, 0, r.NOT_NUMA_LOCAL), r.NOT_NUMA_LOCAL,
+     "the balloons policy puts a rank on NUMA node 0 (or, lacking room there, another), which needs 1 free core on "
+     "one NUMA node"),
+    (r.TpExceedsNuma(4, 2, 1, 2), r.TP_EXCEEDS_NUMA, "TP=4 × PP=2 needs 8 NUMA nodes, one per rank; this node has 2"),
+    (r.NoCpu(), r.NO_CPU, "the model container requests no CPU"),
+    (r.NoBalloonsPolicy("vllm"), r.BALLOON_TYPE_MISSING,
+     "no BalloonsPolicy applies to this node, so balloon type vllm cannot be created here"),
+    (r.NriNotRunning("Failure", "kube-system/group.a"), r.NRI_NOT_RUNNING,
+     "the NRI balloons plugin reports Failure for BalloonsPolicy kube-system/group.a on this node, so it is not "
+     "pinning CPUs here"),
+    (r.BalloonTypeUndefined("custom", "", ("vllm", "tp2")), r.BALLOON_TYPE_MISSING,
+     "balloon type custom is not defined in the node's own BalloonsPolicy (types there: vllm, tp2)"),
+    (r.BalloonTypeUndefined("custom", "kube-system/default", ()), r.BALLOON_TYPE_MISSING,
+     "balloon type custom is not defined in BalloonsPolicy kube-system/default (types there: none)"),
+    (r.RequestOverShares(288, 256), r.REQUEST_OVER_SHARES,
+     "the model container requests 288 CPUs, and the balloons plugin reads a request from its cpu.shares, which "
+     "stop at 256 CPUs: the balloon would be smaller than asked; split the model into more pods or request less"),
+    (r.ExceedsEmptyNode(NO_ROOM, 4), r.FOOTPRINT_EXCEEDS_NODE,
+     "balloon type vllm-tp1 needs 5 free cores on one NUMA node, more than this node has even when empty (at most 4 "
+     "model cores on a NUMA node)"),
+    (r.MemoryExceedsNuma(2, 1, 1, 200 * 2**30, 3 * 2**29), r.MEMORY_EXCEEDS_NUMA,
+     "TP=2 pins 200Gi of memory to each of its 2 NUMA nodes (pinMemory); nodes of this shape have 1.5Gi"),
+    (r.TypeSpansFewer("vllm", 1, 2, 1, 1), r.RANKS_SHARE_NUMA,
+     "balloon type vllm puts the model on 1 NUMA node but its TP=2 needs 2, one per rank"),
+    (r.StaticExceedsNode(STATIC, 4), r.FOOTPRINT_EXCEEDS_NODE,
+     "needs kubelet-static: 6 whole cores (12 CPUs); nodes of this shape have 4 model cores even when empty"),
+    (r.MaxBalloons("vllm", 2), r.MAX_BALLOONS,
+     "maxBalloons=2 vllm balloons already run here; the plugin would put this model into one of them, sharing its "
+     "cores"),
+    (r.SharesBalloon("vllm"), r.SHARES_BALLOON,
+     "balloon type vllm has preferNewBalloons: false and a vllm balloon already runs here: the plugin would put "
+     "this model into it, sharing its cores"),
+    (r.RanksCrowded(2, 1), r.RANKS_SHARE_NUMA,
+     "needs 2 distinct NUMA nodes; with what runs here the plugin would put its ranks on 1"),
+    (r.PlacementUnknown(), r.PLACEMENT_UNKNOWN,
+     "the balloons plugin may pick NUMA nodes without room for it (model pods here with no recorded placement count "
+     "on every NUMA node they could use: bound by another scheduler or before model-placement was installed); "
+     "re-create them through this scheduler, or set showContainersInNrt: true in the BalloonsPolicy"),
+    (r.ReservedLent(1, 2), r.RESERVED_LENT,
+     "the balloon would need 2 of the reserved cores on NUMA node 1, which the BalloonsPolicy lends (its reserved "
+     "balloon type sets no minCPUs), and the plugin may take them from another NUMA node; set minCPUs on the "
+     "reserved type to the size of reservedResources"),
+    (r.SidecarsNoRoom(1500, 2, 1), r.INSUFFICIENT_FREE,
+     "its other containers (cpu: 1500m together) grow the shared balloon they land in by 2 cores, and beside its "
+     "ranks 1 would be free"),
+    (r.NoFreeMemory(48 * 2**30, (0, 2)), r.INSUFFICIENT_FREE_MEMORY,
+     "needs 48Gi free memory on each of its NUMA nodes (pinMemory); the plugin would put it on NUMA nodes 0, 2"),
+    (r.NoFreeMemory(5 * 2**30, (1,)), r.INSUFFICIENT_FREE_MEMORY,
+     "needs 5Gi free memory on each of its NUMA nodes (pinMemory); the plugin would put it on NUMA node 1"),
+    (r.CoresTaken(STATIC), r.INSUFFICIENT_FREE, "needs kubelet-static: 6 whole cores (12 CPUs) free"),
+    (r.PoolTaken(SHARED), r.INSUFFICIENT_FREE,
+     "needs best-effort: 3 CPUs from the shared pool, more than is unclaimed"),
+    (r.Unsettled(r.MaxBalloons("vllm", 1)), r.MAX_BALLOONS,
+     "maxBalloons=1 vllm balloons already run here; the plugin would put this model into one of them, sharing its "
+     "cores (model pods here with no recorded placement count on every NUMA node they could use)"),
+    (r.UnknownNode("n7"), r.UNKNOWN_NODE, "node n7 is not known to the extender"),
+    (r.AlreadyBound("llm/a", "n7"), r.ALREADY_BOUND, "pod llm/a is already bound to node n7"),
+]
+
+
+def test_every_kind_of_per_node_refusal_has_its_sentence_and_check_id() -> None:
+    assert {type(why) for why, _, _ in CASES} == set(typing.get_args(r.Reason))
+    for why, check, text in CASES:
+        assert (why.check, why.text()) == (check, text), why
