@@ -149,38 +149,47 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
         ledger.set_shared(rec.uid, (rec.shared_milli or 0) + (demand.cpu_milli if demand else 0), balloon,
                           rec.shared_memory + (demand.memory_bytes if demand else 0))
         return
-    if rec.shared_milli is not None:
+    if _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed) and rec.shared_milli is not None:
+        # After the model's cores: the kubelet creates the model container before the sidecars listed after it,
+        # and their balloon grows from what the model's balloon left (the plugin did so on a full NUMA node).
         ledger.set_shared(rec.uid, rec.shared_milli, balloon, rec.shared_memory)
+
+
+def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: str, fit: Fitter, log: Log,
+                observed: Observed | None, unclaimed: dict[str, tuple[tuple[int, int], ...]] | None) -> bool:
+    """`account` for the model container; False when its sidecars were put into the shared pool with it."""
     zone = observed.container_balloon.get(f"{rec.namespace}/{rec.name}/{demand.container}") if observed else None
     if zone is not None and observed is not None:
         hold_observed(ledger, rec, demand, zone, observed, fit)
-        return
+        return True
     result = fit(demand, ledger)
     if result.footprint is None or result.check in (reasons.BALLOON_TYPE_MISSING, reasons.NRI_NOT_RUNNING):
         # No balloon can exist for it there: it really runs in the shared pool.
         ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon,
                           rec.shared_memory + demand.memory_bytes)
-        return
+        return False
     fp = result.footprint
     placed = rec.placed
     if placed is not None and placed.node == ledger.name and placed.cores == fp.cores \
             and hold_placed(ledger, rec, demand, placed):
         if unclaimed:
             claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, placed.cores)
-        return
+        return True
     # Not from a list (the plugin's placement depends on the order of creates and deletes): from a balloon of
     # its type that no pod of known placement holds, when the plugin exports its balloons.
     zone = claim(unclaimed, demand.balloon_type, None, fp.cores) if unclaimed and demand.policy == "nri-balloons" \
         else None
     if zone is not None and observed is not None:
         hold_observed(ledger, rec, demand, zone, observed, fit, matched=True)
-        return
+        return True
     # Where it is cannot be known: counted so that nothing admitted next can spread.
     if not result.ok:
         log.warning("pod of unknown placement overcommits its node", extra={
             "pod": demand.pod, "node": ledger.name, "reason": result.reason})
     ledger.hold_unknown(fitmod.unknown_holding(rec.uid, demand, fp, ledger.topology.numa_count, rec.assumed_at,
                                                rank_memory(ledger, demand, fp.numa_nodes)), fp.cores)
+    return True
+
 
 def hold_placed(ledger: NodeLedger, rec: Record, demand: ModelDemand, placed: Placed) -> bool:
     """Hold the pod where its persisted placement says; False when that cannot be where it runs (a NUMA node

@@ -185,7 +185,8 @@ def fit_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
     `shape_key` and `fit_key` get the same answer (tests/test_ledger_fit.py holds this to `fit` itself), so the
     extender answers nodes of one class with one `fit`. Kept here, beside `fit`, so that a new input is added to
     both."""
-    key: tuple[Any, ...] = (ledger.free(), ledger.unsettled > 0, ledger.lends_reserved and ledger.unlent_free())
+    key: tuple[Any, ...] = (ledger.free(), ledger.unsettled > 0, ledger.lends_reserved and ledger.unlent_free(),
+                            ledger.guessed)
     if demand.policy == "nri-balloons":
         btype = _balloon_type(demand, ledger)
         # Whose next balloon depends on how many there are: maxBalloons, or filled before a new one is made.
@@ -329,24 +330,31 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
         # Existing balloons of the type are filled (and inflated) before a new one is made (allocateBalloonOfDef).
         return _refuse(node, reasons.SharesBalloon(btype.name), True, fp)
     free = ledger.free()
-    placed = nri.place(policy, empty.step, free, ledger.instances)
+    unlent = ledger.unlent_free() if ledger.lends_reserved else None
+    placed = nri.place(policy, empty.step, free, ledger.instances, unlent)
     if not isinstance(placed, nri.Plan):
         return _refuse(node, placed, True, fp)
     fp = _balloon_footprint(btype.name, placed.per_numa, placed.cpus)
     span = fp.numa_nodes
     if span != demand.numa_nodes:
         return _refuse(node, reasons.RanksCrowded(demand.numa_nodes, span), True, fp)
-    if ledger.lends_reserved:
+    if ledger.guessed:
+        # Where the shared balloons grew is a guess: the balloon must fit wherever they are.
+        unsure = sum(ledger.guessed)
+        for i, cores in placed.per_numa:
+            elsewhere = unsure - ledger.guessed[i]
+            if elsewhere and cores + elsewhere > (unlent or free)[i]:
+                return _refuse(node, reasons.SharedUnseen(i, elsewhere), True, fp)
+    if unlent is not None:
         # The plugin takes lent reserved CPUs last and, once it needs some, by hints that may pick them on another
         # NUMA node than the rest of the balloon (the oracle saw 7 cores on one and the 8th on the other).
-        unlent = ledger.unlent_free()
         short = [(i, cores - unlent[i]) for i, cores in placed.per_numa if cores > unlent[i]]
         if short:
             return _refuse(node, reasons.ReservedLent(*short[0]), True, fp)
     if ledger.unsettled:
         # The instance counts balance-balloons reads are unknown: whichever balloon the plugin makes must fit.
         for variant in nri.variants(empty.step):
-            other = nri.place(policy, variant, free)
+            other = nri.place(policy, variant, free, unlent=unlent)
             if not isinstance(other, nri.Plan) or len(other.per_numa) != span:
                 return _refuse(node, reasons.PlacementUnknown(), True, fp)
     after = list(free)

@@ -194,6 +194,9 @@ class NodeLedger:
     # reserved cores per NUMA node, counted in `capacity`, and `_kept_cpus` (the CPUs the reserved balloon holds
     # whatever it runs) is 0; otherwise no core is lent and the reserved balloon keeps its whole cpuset.
     lends_reserved: bool = field(init=False)
+    # Per NUMA node, cores of shared balloons the ledger puts there by a guess (grown at once, without the history
+    # of where each resize went, and no export says where they are); () when none is a guess. Set by `free()`.
+    guessed: tuple[int, ...] = field(init=False, default=())
     _lent: tuple[int, ...] = field(init=False)
     _kept_cpus: int = field(init=False)
     unsettled: int = field(init=False, default=0)  # holdings of unknown placement: no NUMA choice can be foreseen
@@ -249,6 +252,7 @@ class NodeLedger:
     def free(self) -> tuple[int, ...]:
         """Free model cores per NUMA node."""
         if self._free is None:
+            self.guessed = ()
             self._free = self._spill_elastic(self._avail)
         return self._free
 
@@ -281,8 +285,12 @@ class NodeLedger:
             return _clamped([a - sum(g[i] for g in self._grown.values()) for i, a in enumerate(avail)])
         if not self._shared_by_type or self._resized_as_plugin:
             return tuple(avail)  # nothing shared grows into model cores
-        # The kubelet's shared pool, or balloons under a policy no type of which prefers a NUMA node (where the
-        # resize-by-resize model is not held to the plugin): it grows where most is free.
+        policy = self.nri.policy
+        if policy is not None and self.nri.running:
+            free = self._grown_at_once(policy, list(avail))
+            self.guessed = tuple(a - f for a, f in zip(avail, free))
+            return _clamped(free)
+        # The kubelet's shared pool: it grows where most is free.
         free = list(avail)
         for _ in range(min(self.elastic_cores, sum(self.capacity))):
             i = max(range(len(free)), key=lambda k: (free[k], -k))
@@ -290,6 +298,32 @@ class NodeLedger:
                 break
             free[i] -= 1
         return _clamped(free)
+
+    def _grown_at_once(self, policy: BalloonsPolicy, free: list[int]) -> list[int]:
+        """`free` less the shared balloons under a policy no type of which prefers a NUMA node, where the
+        resize-by-resize model is not held to the plugin (its choice between packages is not seen): each balloon
+        grown to its size in one step, by the plugin's rules (the tightest NUMA node that holds it; lent reserved
+        cores the reserved balloon's first and everyone else's last), from no history, so that a ledger rebuilt
+        from a list agrees with the live one."""
+        zero = (0,) * len(free)
+        for name in sorted(self._shared_by_type, key=lambda n: (n != RESERVED_TYPE, n)):
+            btype = policy.route_type(name)
+            want = math.ceil(shared_balloon_cpus(btype, self._shared_by_type[name], self._kept_cpus)
+                             / self.threads_per_core)
+            idle = [min(lent, f) for lent, f in zip(self._lent, free)]
+            if name == RESERVED_TYPE and any(idle):
+                first = min(want, sum(idle))
+                grown = inflation.grow(zero, idle, first, balancing=policy.topology_balancing)
+                free = [f - g for f, g in zip(free, grown)]
+                want -= first
+                idle = [min(lent, f) for lent, f in zip(self._lent, free)]
+            if want <= 0:
+                continue
+            unlent = [f - i for f, i in zip(free, idle)]
+            basis = unlent if sum(unlent) >= want else free
+            grown = inflation.grow(zero, basis, want, balancing=policy.topology_balancing)
+            free = [f - g for f, g in zip(free, grown)]
+        return free
 
     @property
     def _resized_as_plugin(self) -> bool:

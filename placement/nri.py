@@ -62,8 +62,10 @@ def plan(policy: BalloonsPolicy, btype: BalloonType, milli: int, free: tuple[int
     return place(policy, compile_type(policy, btype.name, milli, tpc), free, instances)
 
 
-def place(policy: BalloonsPolicy, step: Step, free: tuple[int, ...], instances: Instances = _NONE) -> Plan | Refusal:
-    """`plan` for a type compiled by `compile_type`."""
+def place(policy: BalloonsPolicy, step: Step, free: tuple[int, ...], instances: Instances = _NONE,
+          unlent: tuple[int, ...] | None = None) -> Plan | Refusal:
+    """`plan` for a type compiled by `compile_type`. `unlent`: under a policy that lends the reserved cpuset, the
+    free cores per NUMA node that are not lent reserved ones."""
     if isinstance(step, _REFUSALS):
         return step
     pinned = step.pinned[_fewest(step, instances)] if isinstance(step, _Fewest) else step.pinned
@@ -71,7 +73,7 @@ def place(policy: BalloonsPolicy, step: Step, free: tuple[int, ...], instances: 
         return pinned
     parts: list[tuple[int, int]] = []
     types: list[str] = []
-    cpus = _run(policy, step, list(free), instances, parts, types)
+    cpus = _run(policy, step, list(free), instances, parts, types, None if unlent is None else list(unlent))
     if not isinstance(cpus, int):
         return cpus
     return Plan(_by_numa(parts), tuple(types), cpus)
@@ -207,27 +209,29 @@ def _closure(policy: BalloonsPolicy, name: str) -> tuple[str, ...]:
 
 
 def _run(policy: BalloonsPolicy, step: Step, free: list[int], instances: Instances, parts: list[tuple[int, int]],
-         types: list[str]) -> int | Refusal:
-    """Place `step`'s balloon(s) into `free` (updated), recording them in `parts` and `types`; the logical CPUs
-    they hold, or why the plugin would fail the container or leave its NUMA node."""
+         types: list[str], unlent: list[int] | None) -> int | Refusal:
+    """Place `step`'s balloon(s) into `free` (and `unlent`, updated), recording them in `parts` and `types`; the
+    logical CPUs they hold, or why the plugin would fail the container or leave its NUMA node."""
     if isinstance(step, _Balloon):
         btype = step.btype
         types.append(btype.name)
         cores = step.cores
-        numa = _numa_for(policy, btype, cores, free)
+        numa = _numa_for(policy, btype, cores, free, unlent)
         if not isinstance(numa, int):
             return numa
         free[numa] -= cores
+        if unlent is not None:  # lent reserved cores are taken last
+            unlent[numa] = max(0, unlent[numa] - cores)
         parts.append((numa, cores))
         return step.cpus
     if isinstance(step, _REFUSALS):
         return step
     types.append(step.name)
     if isinstance(step, _Fewest):
-        return _run(policy, step.steps[_fewest(step, instances)], free, instances, parts, types)
+        return _run(policy, step.steps[_fewest(step, instances)], free, instances, parts, types, unlent)
     total = 0
     for sub in step.steps:
-        cpus = _run(policy, sub, free, instances, parts, types)
+        cpus = _run(policy, sub, free, instances, parts, types, unlent)
         if not isinstance(cpus, int):
             return cpus
         total += cpus
@@ -248,7 +252,8 @@ def _fewest(step: _Fewest, instances: Instances) -> int:
     return best
 
 
-def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list[int]) -> int | Refusal:
+def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list[int], unlent: list[int] | None
+              ) -> int | Refusal:
     if btype.close_numa is not None:
         k = btype.close_numa
         if k >= len(free):
@@ -259,6 +264,11 @@ def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list
         # prefer, its own excepted) decides, as for a plain type (resizeCpusWithDevices): often still one NUMA node.
     else:
         k = None
+    # Lent reserved CPUs are the first device every other type is kept far from (fillFarFromDevices lists the
+    # reserved type's first): the hint holds while the unreserved free cores hold the balloon, and then the choice
+    # below is made among them (on the real plugin: tests/oracle/test_lent_reserved.py).
+    if unlent is not None and sum(unlent) >= cores:
+        free = unlent
     allowed = list(range(len(free)))
     if policy.numa_preferring:
         for j in range(len(free)):

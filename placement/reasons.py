@@ -36,6 +36,7 @@ NO_CPU = "no-cpu-request"
 REQUEST_OVER_SHARES = "request-over-cpu-shares"
 PLACEMENT_UNKNOWN = "placement-unknown"
 RESERVED_LENT = "reserved-cpus-lent"
+SHARED_UNSEEN = "shared-balloons-unseen"
 UNKNOWN_NODE = "unknown-node"
 ALREADY_BOUND = "already-bound"
 
@@ -276,6 +277,19 @@ class ReservedLent(NamedTuple):
                 "another NUMA node; set minCPUs on the reserved type to the size of reservedResources")
 
 
+class SharedUnseen(NamedTuple):
+    numa: int  # the NUMA node the balloon would take
+    cores: int  # shared balloons' cores that may be there
+
+    check: str = SHARED_UNSEEN
+
+    def text(self) -> str:
+        return (f"NUMA node {self.numa} has room for it only if none of the {self.cores} core{_s(self.cores)} the "
+                "shared balloons took elsewhere are there, and where they grew is not known (no type of the "
+                "BalloonsPolicy prefers a NUMA node, and no NodeResourceTopology export was read); use the "
+                "generated policy, or let the extender read the plugin's NodeResourceTopology")
+
+
 class SidecarsNoRoom(NamedTuple):
     shared_milli: int  # the other containers' CPU
     grows: int  # cores the shared balloon grows by
@@ -354,8 +368,8 @@ class AlreadyBound(NamedTuple):
 Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
           | MemoryExceedsNuma | TypeSpansFewer | StaticExceedsNode | MaxBalloons | SharesBalloon | RanksCrowded
-          | PlacementUnknown | ReservedLent | SidecarsNoRoom | NoFreeMemory | CoresTaken | PoolTaken | Unsettled
-          | UnknownNode | AlreadyBound)
+          | PlacementUnknown | ReservedLent | SharedUnseen | SidecarsNoRoom | NoFreeMemory | CoresTaken | PoolTaken
+          | Unsettled | UnknownNode | AlreadyBound)
 
 
 def fmt_bytes(value: int) -> str:

@@ -133,8 +133,7 @@ def test_pods_of_unknown_placement_are_found_by_their_balloons_in_the_exported_t
     with BalloonsPeer(SHAPE, policy_spec(GROUP)) as plugin:
         node = Node(plugin)
         where = churn(node)
-        nrt = exported_nrt(plugin)
-        nrt["zones"] = [z for z in nrt["zones"] if z["type"] != "allocation for container"]
+        nrt = exported_nrt(plugin, containers=False)
         live = {name: where[name] for name in ("b", "c", "t")}
         for annotated in (True, False):
             rebuilt = node.rebuilt(annotated, nrt)
