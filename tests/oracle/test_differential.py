@@ -30,24 +30,18 @@ from typing import Any
 import pytest
 
 from placement.assume import AssumeCache
-from placement.balloons import NUMA_TYPE, node_balloons_policy
 from placement.cluster import ClusterState
-from placement.config import Settings
 from placement.demand import read_model_pod
-from placement.ledger import PLACEMENT
 from placement.mutation import mutate_pod
-from placement.topology import SMT_LABEL, linux_layout
 from tests.oracle.judge import cores_by_numa, rank_per_numa, shared_cores
 from tests.oracle.kubelet import peer_pod, run_pod
 from tests.oracle.peer import BalloonsPeer, Created, Pod
+from tests.oracle.scenarios import NODE, SETTINGS, Group, bound_pod, exported_nrt, make_group, node_objects, policy_spec
 from tests.oracle.sysfs import NodeShape
 
-SETTINGS = Settings(require_amx=False)
-NODE = "node-0"
 STREAMS_PER_PEER = 5
 GROUPS = int(__import__("os").environ.get("ORACLE_GROUPS", "125"))  # x STREAMS_PER_PEER scenarios
 EVENTS = 24
-POLICIES = ("generated", "generated", "generated", "generated-capped", "plain", "plain-shared", "elastic")
 GENERATED = ("generated", "generated-capped")  # our own policy, and with maxBalloons / maxCPUs caps
 NAMESPACES = ("kube-system", "monitoring", "default", "cert-manager")
 REGRESSIONS: dict[str, tuple[int, int]] = {
@@ -65,66 +59,6 @@ REGRESSIONS: dict[str, tuple[int, int]] = {
 
 
 # -- scenarios ----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Group:
-    seed: int
-    shape: NodeShape
-    policy: str
-
-    @property
-    def label(self) -> str:
-        s = self.shape
-        return (f"{s.numa_nodes} NUMA ({s.packages} pkg) x {s.cores_per_numa} cores, "
-                f"SMT {'on' if s.threads_per_core == 2 else 'off'}, {self.policy}")
-
-
-def make_group(seed: int) -> Group:
-    rng = random.Random(seed)
-    numa = rng.choice((1, 2, 2, 4, 4, 8))
-    packages = 1 if numa == 1 else rng.choice((1, 2)) if numa > 2 else 2
-    shape = NodeShape(packages=packages, numa_per_package=numa // packages, cores_per_numa=rng.randint(16, 60),
-                      threads_per_core=rng.choice((1, 2, 2)))
-    return Group(seed, shape, rng.choice(POLICIES))
-
-
-def policy_spec(group: Group) -> dict[str, Any]:
-    shape = group.shape
-    topo = linux_layout([shape.cores_per_numa] * shape.numa_nodes, shape.threads_per_core, "labels")
-    rng = random.Random(group.seed)
-    profile = rng.choice(("siblings", "minimal", "standard", "observability"))
-    spec = node_balloons_policy(NODE, topo, Settings(nri_deployment_profile=profile), "kube-system")["spec"]
-    types = spec["balloonTypes"]
-    if group.policy == "generated-capped":
-        for btype in types:
-            if btype["name"] == "vllm-balloon-tp1":
-                btype["maxBalloons"] = rng.randint(1, 3)
-            if btype["name"].startswith(NUMA_TYPE) and rng.random() < 0.5:
-                btype["maxCPUs"] = rng.choice((8, 16, 24))
-    elif group.policy in ("plain", "plain-shared"):
-        # The usual hand-written shape: one plain hide-hyperthreads type per TP, the reserved type for kube-system only.
-        spec["balloonTypes"] = [{"name": "reserved", "namespaces": ["kube-system"]}] + [
-            {"name": f"vllm-balloon-tp{tp}", "hideHyperthreads": True,
-             **({"preferNewBalloons": True} if group.policy == "plain" else {})}
-            for tp in (1, 2, 4, 8) if tp <= shape.numa_nodes]
-    elif group.policy == "elastic":
-        # Generated types, but a reserved balloon that grows and kube-system alone routed to it.
-        types[0] = {"name": "reserved", "namespaces": ["kube-system"]}
-    return spec
-
-
-def node_objects(group: Group) -> list[dict[str, Any]]:
-    shape = group.shape
-    node = {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": NODE, "labels": {
-                SETTINGS.numa_count_label: str(shape.numa_nodes),
-                SMT_LABEL: "true" if shape.threads_per_core == 2 else "false"}},
-            "spec": {}, "status": {"capacity": {"cpu": str(shape.cpus)}, "allocatable": {"cpu": str(shape.cpus)}}}
-    policy = {"apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
-              "metadata": {"name": f"node.{NODE}", "namespace": "kube-system"},
-              "spec": policy_spec(group), "status": {"nodes": {NODE: {"status": "Success", "generation": 1}}}}
-    return [node, policy]
-
 
 def stream(group: Group, seed: int) -> Iterator[tuple[str, dict[str, Any]]]:
     """("create", unmutated pod) and ("delete", pod name) events."""
@@ -147,14 +81,14 @@ def stream(group: Group, seed: int) -> Iterator[tuple[str, dict[str, Any]]]:
             sidecar = rng.random() < 0.25
             # Some ask a fraction of a core, some are Burstable (no CPU limit): the webhook sizes both.
             request = f"{cpu * 1000 - rng.choice((250, 500))}m" if cpu > 1 and rng.random() < 0.2 else str(cpu)
-            yield "create", model_pod(name, rng.choice(("models", "team-a")), tp, request, sidecar, rng,
+            yield "create", stream_model_pod(name, rng.choice(("models", "team-a")), tp, request, sidecar, rng,
                                       burstable=rng.random() < 0.15)
         else:
             yield "create", plain_pod(name, rng.choice(NAMESPACES), rng.choice(("0", "100m", "500m", "1", "2", "4")),
                                       burstable=rng.random() < 0.3)
 
 
-def model_pod(name: str, namespace: str, tp: int, cpu: str, sidecar: bool, rng: random.Random,
+def stream_model_pod(name: str, namespace: str, tp: int, cpu: str, sidecar: bool, rng: random.Random,
               burstable: bool = False) -> dict[str, Any]:
     limits = {"memory": "8Gi"} if burstable else {"cpu": cpu, "memory": "8Gi"}
     containers = [{"name": "vllm", "args": ["--tensor-parallel-size", str(tp)],
@@ -208,16 +142,6 @@ class Tally:
         self.scenarios += other.scenarios
 
 
-def exported_nrt(node: BalloonsPeer, containers: bool = True) -> dict[str, Any]:
-    """The NodeResourceTopology the plugin's agent writes from its zones (field names as the CRD spells them); its
-    container zones only with `containers` (showContainersInNrt, which the peer turns on for the judge's sake)."""
-    zones = [{"name": z["Name"], "type": z["Type"], **({"parent": z["Parent"]} if z.get("Parent") else {}),
-              "attributes": [{"name": a["Name"], "value": a["Value"]} for a in z.get("Attributes") or ()]}
-             for z in node.request("balloons")["zones"] if containers or z["Type"] != "allocation for container"]
-    return {"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-            "metadata": {"name": NODE}, "zones": zones}
-
-
 def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
     shape = group.shape
     cluster = ClusterState.from_objects(node_objects(group), SETTINGS)
@@ -257,8 +181,8 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
                 ledger = cluster.ledger(NODE)
                 assert ledger is not None
                 free, wanted = sum(ledger.free()), ledger.elastic_cores
-                pods[body["metadata"]["name"]] = (peer, _bound(mutated))
-                cluster.apply("Pod", "ADDED", _bound(mutated))
+                pods[body["metadata"]["name"]] = (peer, bound_pod(mutated))
+                cluster.apply("Pod", "ADDED", bound_pod(mutated))
                 grows = cluster.ledger(NODE).elastic_cores - wanted  # type: ignore[union-attr]
                 (tally.full_failures if grows > free or not free else tally.other_failures).extend(failed)
                 continue
@@ -296,20 +220,13 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
             # As /bind does: hold the cores, then the Binding writes the placement onto the pod the watch shows.
             uid = mutated["metadata"]["uid"]
             assert AssumeCache(cluster).assume(uid, peer.namespace, peer.name, demand, NODE).ok
-            bound = _bound(mutated, AssumeCache(cluster).placement(uid))
+            bound = bound_pod(mutated, AssumeCache(cluster).placement(uid))
             pods[peer.name] = (peer, bound)
             cluster.apply("Pod", "ADDED", bound)
     finally:
         for peer, _ in pods.values():
             node.remove_pod(peer)
     tally.scenarios += 1
-
-
-def _bound(pod: dict[str, Any], placement: str | None = None) -> dict[str, Any]:
-    meta = pod["metadata"]
-    if placement is not None:
-        meta = {**meta, "annotations": {**(meta.get("annotations") or {}), PLACEMENT: placement}}
-    return {**pod, "metadata": meta, "spec": {**pod["spec"], "nodeName": NODE}, "status": {"phase": "Running"}}
 
 
 def rebuilt(live: ClusterState, group: Group, pods: list[dict[str, Any]], nrt: dict[str, Any] | None, where: str,

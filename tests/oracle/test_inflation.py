@@ -17,21 +17,12 @@ differs."""
 from __future__ import annotations
 
 import random
-from collections import Counter
-from typing import Any
 
 import pytest
 
-from placement.assume import AssumeCache
-from placement.cluster import ClusterState
-from placement.demand import read_model_pod
-from placement.fit import Fit
-from placement.mutation import mutate_pod
-from tests.oracle.kubelet import PodRun, peer_pod, run_pod
 from tests.oracle.peer import BalloonsPeer
+from tests.oracle.scenarios import Group, Node, policy_spec
 from tests.oracle.sysfs import NodeShape
-from tests.oracle.test_differential import NODE, SETTINGS, Group, cores_by_numa, node_objects, policy_spec
-from tests.oracle.test_rebuild import model_pod
 
 EXACT = ("2 packages x 1 NUMA x 20 cores", "1 package x 4 NUMA x 16 cores")  # the ledger sees their hierarchy
 SHAPES = {
@@ -41,73 +32,11 @@ SHAPES = {
 }
 
 
-def system_pod(name: str, namespace: str, cpu: int) -> dict[str, Any]:
-    resources = {"requests": {"cpu": str(cpu), "memory": "1Gi"}, "limits": {"cpu": str(cpu), "memory": "1Gi"}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
-            "spec": {"nodeName": NODE, "containers": [{"name": "agent", "resources": resources}]},
-            "status": {"phase": "Running"}}
-
-
-class Node:
-    """The real plugin and our ledger, fed the same pods in the same order."""
-
-    def __init__(self, plugin: BalloonsPeer, shape: NodeShape, group: Group) -> None:
-        self.plugin, self.shape = plugin, shape
-        self.cluster = ClusterState.from_objects(node_objects(group), SETTINGS)
-        self.pods: dict[str, tuple[dict[str, Any], PodRun]] = {}
-
-    def add_system(self, name: str, namespace: str, cpu: int) -> bool:
-        """False when the plugin has no room for it (the kubelet would fail it): it is not kept."""
-        pod = system_pod(name, namespace, cpu)
-        run = peer_pod(pod)
-        if not all(c.ok for c in run_pod(self.plugin, run).values()):
-            self.plugin.remove_pod(run.pod)
-            return False
-        self.cluster.apply("Pod", "ADDED", pod)
-        self.pods[name] = (pod, run)
-        return True
-
-    def add_model(self, name: str, tp: int, cpu: int) -> tuple[Fit, dict[int, int]]:
-        """The ledger's verdict, and where the plugin put it (kept only if the ledger admitted it)."""
-        mutated = mutate_pod(model_pod(name, tp, cpu), self.cluster).pod
-        demand = read_model_pod(mutated, SETTINGS)
-        assert demand is not None
-        uid = mutated["metadata"]["uid"]
-        verdict = AssumeCache(self.cluster).assume(uid, "models", name, demand, NODE)
-        run = peer_pod(mutated)
-        created = run_pod(self.plugin, run)[demand.container]
-        got = cores_by_numa(self.shape, next(b.cpus for b in self.plugin.balloons()
-                                             if f"models/{name}/{demand.container}" in b.containers)) \
-            if created.ok else {}
-        if verdict.ok:
-            bound = {**mutated, "spec": {**mutated["spec"], "nodeName": NODE}, "status": {"phase": "Running"}}
-            self.cluster.apply("Pod", "ADDED", bound)
-            self.pods[name] = (bound, run)
-        else:
-            self.plugin.remove_pod(run.pod)
-        return verdict, got
-
-    def delete(self, name: str) -> None:
-        pod, run = self.pods.pop(name)
-        self.plugin.remove_pod(run.pod)
-        self.cluster.apply("Pod", "DELETED", pod)
-
-    def free(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Free model cores per NUMA node: the ledger's, and the plugin's (cores in no balloon and not reserved)."""
-        ledger = self.cluster.ledger(NODE)
-        assert ledger is not None
-        used: Counter[int] = Counter()
-        for balloon in self.plugin.balloons():
-            used.update(cores_by_numa(self.shape, balloon.cpus))
-        return ledger.free(), tuple(self.shape.cores_per_numa - used[i] for i in range(len(ledger.capacity)))
-
-
 def test_the_issues_two_system_pods_grow_the_reserved_balloon_where_the_plugin_does() -> None:
     shape = SHAPES["2 packages x 1 NUMA x 20 cores"]
     group = Group(seed=1, shape=shape, policy="generated")
     with BalloonsPeer(shape, policy_spec(group)) as plugin:
-        node = Node(plugin, shape, group)
+        node = Node(plugin, group)
         assert node.add_system("big", "kube-system", 48)  # 20 cores past the reserved 2 per NUMA node: NUMA 0 whole
         assert node.add_system("small", "kube-system", 4)  # 2 more: NUMA node 1 has room for them
         ledger, real = node.free()
@@ -124,7 +53,7 @@ def test_random_churn_of_system_and_model_pods_keeps_the_ledger_on_the_plugins_n
     for seed in range(6):
         group = Group(seed=seed, shape=shape, policy="generated")
         with BalloonsPeer(shape, policy_spec(group)) as plugin:
-            node = Node(plugin, shape, group)
+            node = Node(plugin, group)
             for step in range(20):
                 system = [n for n in node.pods if n.startswith("sys")]
                 roll = rng.random()

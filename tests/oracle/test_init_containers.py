@@ -12,8 +12,8 @@ from placement.ledger import PLACEMENT
 from placement.mutation import mutate_pod
 from tests.oracle.kubelet import peer_pod
 from tests.oracle.peer import BalloonsPeer
+from tests.oracle.scenarios import NODE, SETTINGS, Group, node_objects, policy_spec
 from tests.oracle.sysfs import NodeShape
-from tests.oracle.test_differential import NODE, SETTINGS, Group, node_objects, policy_spec
 
 SHAPE = NodeShape(packages=1, numa_per_package=4, cores_per_numa=16, threads_per_core=2)
 

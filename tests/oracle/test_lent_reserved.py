@@ -13,9 +13,7 @@ from placement.reasons import RESERVED_LENT
 from tests.oracle.judge import cores_by_numa
 from tests.oracle.kubelet import peer_pod, run_pod
 from tests.oracle.peer import BalloonsPeer
-from tests.oracle.test_differential import NODE, SETTINGS, make_group, node_objects, policy_spec
-from tests.oracle.test_inflation import Node
-from tests.oracle.test_rebuild import model_pod
+from tests.oracle.scenarios import NODE, SETTINGS, Node, make_group, model_pod, node_objects, policy_spec
 
 # 2 packages x 1 NUMA node x 17 cores, SMT on, 2 reserved cores on each NUMA node; the elastic policy: the
 # generated types, the reserved type without minCPUs.
@@ -42,7 +40,7 @@ def test_the_plugin_may_take_lent_reserved_cores_from_another_numa_node() -> Non
 def test_the_ledger_refuses_a_balloon_that_would_need_lent_reserved_cores() -> None:
     shape = GROUP.shape
     with BalloonsPeer(shape, policy_spec(GROUP)) as plugin:
-        node = Node(plugin, shape, GROUP)
+        node = Node(plugin, GROUP)
         ledger = node.cluster.ledger(NODE)
         assert ledger is not None and ledger.lends_reserved and ledger.capacity == (17, 17)
         for name, tp, cores, where in (("a", 1, 9, {0: 9}), ("b", 2, 12, {0: 6, 1: 6}), ("c", 1, 1, {1: 1})):

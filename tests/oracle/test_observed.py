@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from placement.cluster import ClusterState
 from tests.oracle.peer import BalloonsPeer, Container, Pod
+from tests.oracle.scenarios import NODE, SETTINGS, Group, exported_nrt, node_objects, policy_spec
 from tests.oracle.sysfs import NodeShape
-from tests.oracle.test_differential import NODE, SETTINGS, Group, exported_nrt, node_objects, policy_spec
 
 BALLOON = "balloon.balloons.resource-policy.nri.io/container.vllm"
 

@@ -10,8 +10,8 @@ from placement.demand import read_model_pod
 from placement.mutation import mutate_pod
 from tests.oracle.kubelet import peer_pod
 from tests.oracle.peer import BalloonsPeer
+from tests.oracle.scenarios import NODE, SETTINGS, Group, model_pod, node_objects, policy_spec
 from tests.oracle.sysfs import NodeShape
-from tests.oracle.test_differential import NODE, SETTINGS, Group, model_pod, node_objects, policy_spec
 
 SNC2 = Group(seed=3, shape=NodeShape(packages=2, numa_per_package=2, cores_per_numa=24), policy="generated")
 
@@ -20,7 +20,7 @@ SNC2 = Group(seed=3, shape=NodeShape(packages=2, numa_per_package=2, cores_per_n
                                   ["-tp", "2", "--data-parallel-size=2"], ["-tp", "2"], ["-tp", "4"]])
 def test_every_rank_gets_its_own_numa_node_and_memory_follows_it(args: list[str]) -> None:
     cluster = ClusterState.from_objects(node_objects(SNC2), SETTINGS)
-    pod = model_pod("ranks", "models", 1, 16, False, None)  # type: ignore[arg-type]
+    pod = model_pod("ranks", 1, 16)
     pod["spec"]["containers"][0]["args"] = args
     mutated = mutate_pod(pod, cluster).pod
     demand = read_model_pod(mutated, SETTINGS)
