@@ -62,6 +62,7 @@ class Observed:
     container_balloon: Mapping[str, str]  # "namespace/pod/container" -> balloon zone name
     outside_reserved: tuple[int, ...]  # per NUMA node: cores beyond the reserved cpuset the shared balloons hold
     shared: frozenset[str]  # the balloons of shared types (reserved, default, routed by namespace)
+    idle_lent: tuple[int, ...] = ()  # per NUMA node: lent reserved cores no balloon holds
 
     def unclaimed(self) -> dict[str, tuple[tuple[int, int], ...]]:
         """The model balloons no exported container zone names: those of pods whose containers the plugin does not
@@ -85,7 +86,8 @@ def claim(zones: dict[str, tuple[tuple[int, int], ...]], balloon_type: str, numa
 
 
 def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: CPUSet,
-                      shared_types: Collection[str] = ("reserved", "default")) -> Observed | None:
+                      shared_types: Collection[str] = ("reserved", "default"), lent: CPUSet | None = None
+                      ) -> Observed | None:
     """`shared_types`: the balloon types pods land in by namespace, whose growth beyond the reserved cpuset takes
     model cores; a model type's balloons are held by the pods in them (or, unclaimed, counted after them)."""
     if nrt is None:
@@ -110,12 +112,14 @@ def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: C
         if name.rsplit("[", 1)[0] in shared_types:
             for numa, _ in held - reserved_cores:
                 outside[numa] += 1
+    lent_cores = {core_of[c] for c in lent or () if c in core_of} - holders.keys()
     return Observed(
         {name: tuple(sorted(count_of(numa for numa, _ in held).items())) for name, held in cores.items()},
         {name: frozenset(c for _, c in held if holders[(_, c)] > 1) for name, held in cores.items()},
         dict(nrt["containers"]),
         tuple(outside),
         frozenset(name for name in cores if name.rsplit("[", 1)[0] in shared_types),
+        tuple(sum(1 for numa, _ in lent_cores if numa == n) for n in range(topo.numa_count)) if lent else (),
     )
 
 
@@ -252,10 +256,12 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
     nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
     ledger = NodeLedger(name, topo, reserved[0], reserved[1], labels, nri, stamps=stamps, numa_memory=numa_memory)
     shared = {"reserved", "default", *(t.name for t in policy.balloon_types if t.namespaces)} if policy else ()
-    kept = CPUSet() if ledger.lends_reserved else reserved[0]  # lent, the reserved cores are held like any other
-    observed = observed_balloons(nrt, topo, kept, shared) if nri.running else None
+    # Lent, the reserved cores are held like any other, and which of them no balloon holds is read off the export.
+    kept, lent = (CPUSet(), reserved[0]) if ledger.lends_reserved else (reserved[0], CPUSet())
+    observed = observed_balloons(nrt, topo, kept, shared, lent) if nri.running else None
     if observed is not None:
         ledger.observed_shared = observed.outside_reserved
+        ledger.observed_idle_lent = observed.idle_lent or None
     # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
     unclaimed = observed.unclaimed() if observed is not None else None
     for rec in sorted(records, key=lambda r: (r.placed is None, r.created, r.namespace, r.name)):

@@ -183,6 +183,7 @@ class NodeLedger:
     # Per NUMA node, cores beyond the reserved cpuset the shared balloons really hold (the plugin's exported
     # zones); None: predicted from their requests.
     observed_shared: tuple[int, ...] | None = None
+    observed_idle_lent: tuple[int, ...] | None = None  # with it, lent reserved cores no balloon holds, per NUMA node
     numa_memory: tuple[int, ...] = ()  # bytes per NUMA node; (): unknown, memory is not checked
     memory_total: int = field(init=False)
     _mem_avail: list[int] = field(init=False)  # the same for memory: NUMA memory less what model pods pin
@@ -260,6 +261,8 @@ class NodeLedger:
         """Free model cores per NUMA node that are not reserved cores the policy lends: every other balloon takes
         those last, so they are free as long as anything is, unless the reserved balloon holds them."""
         free = self.free()
+        if self.observed_shared is not None and self.observed_idle_lent is not None:
+            return tuple(f - min(idle, f) for f, idle in zip(free, self.observed_idle_lent))
         held = self._grown.get(RESERVED_TYPE) or (0,) * len(free)
         return tuple(f - min(max(0, lent - h), f) for f, lent, h in zip(free, self._lent, held))
 
@@ -533,7 +536,8 @@ class NodeLedger:
         """A copy to simulate on, without the pods of `without` (a model's own pods are being replaced) and
         without the holdings of the pods `evicted` (uids: what a preemption would free)."""
         copy = NodeLedger(self.name, self.topology, self.reserved, self.reserved_source, self.labels, self.nri,
-                          stamps=self.stamps, observed_shared=self.observed_shared, numa_memory=self.numa_memory)
+                          stamps=self.stamps, observed_shared=self.observed_shared,
+                          observed_idle_lent=self.observed_idle_lent, numa_memory=self.numa_memory)
         for holding in self.holdings.values():
             if (without is None or holding.identity != without) and holding.uid not in evicted:
                 copy._add(holding)
