@@ -155,7 +155,9 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
         return
     if _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed) and rec.shared_milli is not None:
         # After the model's cores: the kubelet creates the model container before the sidecars listed after it,
-        # and their balloon grows from what the model's balloon left (the plugin did so on a full NUMA node).
+        # and their balloon grows from what the model's balloon left (the plugin did so on a full NUMA node). For
+        # native sidecars and containers listed before the model, which start first, the order is a guess; live
+        # and rebuilt ledgers use the same one.
         ledger.set_shared(rec.uid, rec.shared_milli, balloon, rec.shared_memory)
 
 

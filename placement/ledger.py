@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Collection, Container, Mapping
+from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -198,6 +198,7 @@ class NodeLedger:
     # Per NUMA node, cores of shared balloons the ledger puts there by a guess (grown at once, without the history
     # of where each resize went, and no export says where they are); () when none is a guess. Set by `free()`.
     guessed: tuple[int, ...] = field(init=False, default=())
+    _lent_held: tuple[int, ...] = field(init=False, default=())  # lent cores the grown-at-once reserved balloon took
     _lent: tuple[int, ...] = field(init=False)
     _kept_cpus: int = field(init=False)
     unsettled: int = field(init=False, default=0)  # holdings of unknown placement: no NUMA choice can be foreseen
@@ -253,7 +254,7 @@ class NodeLedger:
     def free(self) -> tuple[int, ...]:
         """Free model cores per NUMA node."""
         if self._free is None:
-            self.guessed = ()
+            self.guessed = self._lent_held = ()
             self._free = self._spill_elastic(self._avail)
         return self._free
 
@@ -263,8 +264,15 @@ class NodeLedger:
         free = self.free()
         if self.observed_shared is not None and self.observed_idle_lent is not None:
             return tuple(f - min(idle, f) for f, idle in zip(free, self.observed_idle_lent))
-        held = self._grown.get(RESERVED_TYPE) or (0,) * len(free)
-        return tuple(f - min(max(0, lent - h), f) for f, lent, h in zip(free, self._lent, held))
+        idle = self._idle_lent(free, self._grown.get(RESERVED_TYPE) or self._lent_held)
+        return tuple(f - i for f, i in zip(free, idle))
+
+    def _idle_lent(self, free: Sequence[int], held: Sequence[int]) -> list[int]:
+        """Per NUMA node, lent reserved cores still free, given the reserved balloon's cores `held` (it takes lent
+        ones first, everyone else last)."""
+        if not held:
+            return [min(lent, f) for lent, f in zip(self._lent, free)]
+        return [min(max(0, lent - h), f) for lent, h, f in zip(self._lent, held, free)]
 
     def free_memory(self) -> tuple[int, ...]:
         """Bytes free per NUMA node: what model pods pin there, and the rest of the node's pods' requests spread
@@ -291,7 +299,8 @@ class NodeLedger:
         policy = self.nri.policy
         if policy is not None and self.nri.running:
             free = self._grown_at_once(policy, list(avail))
-            self.guessed = tuple(a - f for a, f in zip(avail, free))
+            # The reserved balloon's lent cores take no unreserved one wherever they are: not part of the guess.
+            self.guessed = tuple(a - f - t for a, f, t in zip(avail, free, self._lent_held or (0,) * len(free)))
             return _clamped(free)
         # The kubelet's shared pool: it grows where most is free.
         free = list(avail)
@@ -313,13 +322,14 @@ class NodeLedger:
             btype = policy.route_type(name)
             want = math.ceil(shared_balloon_cpus(btype, self._shared_by_type[name], self._kept_cpus)
                              / self.threads_per_core)
-            idle = [min(lent, f) for lent, f in zip(self._lent, free)]
+            idle = self._idle_lent(free, self._lent_held)
             if name == RESERVED_TYPE and any(idle):
                 first = min(want, sum(idle))
                 grown = inflation.grow(zero, idle, first, balancing=policy.topology_balancing)
                 free = [f - g for f, g in zip(free, grown)]
                 want -= first
-                idle = [min(lent, f) for lent, f in zip(self._lent, free)]
+                self._lent_held = tuple(grown)
+                idle = self._idle_lent(free, self._lent_held)
             if want <= 0:
                 continue
             unlent = [f - i for f, i in zip(free, idle)]
@@ -377,6 +387,11 @@ class NodeLedger:
                     grown = inflation.grow(grown, idle, first, far=far, balancing=policy.topology_balancing)
                     free = tuple(f - (g - b) for f, g, b in zip(free, grown, before))
                     delta -= first
+            elif self.lends_reserved:
+                # Every other balloon takes the lent reserved cores last.
+                idle = self._idle_lent(free, self._grown.get(RESERVED_TYPE) or ())
+                unlent = tuple(f - i for f, i in zip(free, idle))
+                free = unlent if sum(unlent) >= delta else free
             if delta:
                 grown = inflation.grow(grown, free, delta, close=btype.close_numa, far=far, base=base,
                                        balancing=policy.topology_balancing)

@@ -284,8 +284,9 @@ class SharedUnseen(NamedTuple):
     check: str = SHARED_UNSEEN
 
     def text(self) -> str:
-        return (f"NUMA node {self.numa} has room for it only if none of the {self.cores} core{_s(self.cores)} the "
-                "shared balloons took elsewhere are there, and where they grew is not known (no type of the "
+        return (f"NUMA node {self.numa} has room for it only if the {self.cores} core{_s(self.cores)} the shared "
+                f"balloons took elsewhere {'are' if self.cores != 1 else 'is'} not there, and where they grew is not "
+                "known (no type of the "
                 "BalloonsPolicy prefers a NUMA node, and no NodeResourceTopology export was read); use the "
                 "generated policy, or let the extender read the plugin's NodeResourceTopology")
 

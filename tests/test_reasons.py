@@ -67,7 +67,7 @@ CASES: list[tuple[r.Reason, str, str]] = [
      "balloon type sets no minCPUs), and the plugin may take them from another NUMA node; set minCPUs on the "
      "reserved type to the size of reservedResources"),
     (r.SharedUnseen(0, 3), r.SHARED_UNSEEN,
-     "NUMA node 0 has room for it only if none of the 3 cores the shared balloons took elsewhere are there, and where "
+     "NUMA node 0 has room for it only if the 3 cores the shared balloons took elsewhere are not there, and where "
      "they grew is not known (no type of the BalloonsPolicy prefers a NUMA node, and no NodeResourceTopology export "
      "was read); use the generated policy, or let the extender read the plugin's NodeResourceTopology"),
     (r.SidecarsNoRoom(1500, 2, 1), r.INSUFFICIENT_FREE,
