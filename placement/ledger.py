@@ -264,8 +264,16 @@ class NodeLedger:
         free = self.free()
         if self.observed_shared is not None and self.observed_idle_lent is not None:
             return tuple(f - min(idle, f) for f, idle in zip(free, self.observed_idle_lent))
-        idle = self._idle_lent(free, self._grown.get(RESERVED_TYPE) or self._lent_held)
-        return tuple(f - i for f, i in zip(free, idle))
+        return tuple(self._unlent(free, self._grown.get(RESERVED_TYPE) or self._lent_held))
+
+    def _unlent(self, free: Sequence[int], held: Sequence[int]) -> list[int]:
+        return [f - i for f, i in zip(free, self._idle_lent(free, held))]
+
+    def _lent_last(self, free: Sequence[int], held: Sequence[int], want: int) -> Sequence[int]:
+        """What a balloon other than the reserved one grows from: the unreserved free cores while they hold `want`
+        (the reserved CPUs are the first device it is kept far from), else every free core."""
+        unlent = self._unlent(free, held)
+        return unlent if sum(unlent) >= want else free
 
     def _idle_lent(self, free: Sequence[int], held: Sequence[int]) -> list[int]:
         """Per NUMA node, lent reserved cores still free, given the reserved balloon's cores `held` (it takes lent
@@ -322,19 +330,17 @@ class NodeLedger:
             btype = policy.route_type(name)
             want = math.ceil(shared_balloon_cpus(btype, self._shared_by_type[name], self._kept_cpus)
                              / self.threads_per_core)
-            idle = self._idle_lent(free, self._lent_held)
-            if name == RESERVED_TYPE and any(idle):
+            idle = self._idle_lent(free, self._lent_held) if name == RESERVED_TYPE else ()
+            if any(idle):
                 first = min(want, sum(idle))
                 grown = inflation.grow(zero, idle, first, balancing=policy.topology_balancing)
                 free = [f - g for f, g in zip(free, grown)]
                 want -= first
                 self._lent_held = tuple(grown)
-                idle = self._idle_lent(free, self._lent_held)
             if want <= 0:
                 continue
-            unlent = [f - i for f, i in zip(free, idle)]
-            basis = unlent if sum(unlent) >= want else free
-            grown = inflation.grow(zero, basis, want, balancing=policy.topology_balancing)
+            grown = inflation.grow(zero, self._lent_last(free, self._lent_held, want), want,
+                                   balancing=policy.topology_balancing)
             free = [f - g for f, g in zip(free, grown)]
         return free
 
@@ -380,7 +386,7 @@ class NodeLedger:
             if reserved and self.lends_reserved:
                 # It prefers the reserved cpuset, which every other balloon takes last: first the reserved cores
                 # still free, by the same rules, then the rest.
-                idle = [min(max(0, lent - g), f) for lent, g, f in zip(self._lent, grown, free)]
+                idle = self._idle_lent(free, grown)
                 first = min(delta, sum(idle))
                 if first:
                     before = grown
@@ -388,10 +394,7 @@ class NodeLedger:
                     free = tuple(f - (g - b) for f, g, b in zip(free, grown, before))
                     delta -= first
             elif self.lends_reserved:
-                # Every other balloon takes the lent reserved cores last.
-                idle = self._idle_lent(free, self._grown.get(RESERVED_TYPE) or ())
-                unlent = tuple(f - i for f, i in zip(free, idle))
-                free = unlent if sum(unlent) >= delta else free
+                free = tuple(self._lent_last(free, self._grown.get(RESERVED_TYPE) or (), delta))
             if delta:
                 grown = inflation.grow(grown, free, delta, close=btype.close_numa, far=far, base=base,
                                        balancing=policy.topology_balancing)
