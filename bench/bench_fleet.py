@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import random
 import statistics
 import sys
@@ -70,6 +71,9 @@ SMT_ON, AMX_ON, OWN_POLICY = 0.75, 0.8, 0.05
 # TP, weight, cpu: choices (cores, as `nri_cpu_request: cores` reads them)
 MODELS = ((1, 0.55, (4, 6, 8, 12, 16)), (2, 0.3, (8, 12, 16, 24)), (4, 0.15, (16, 24, 32)))
 SMALLEST_RANK = 4  # cores: the stream's smallest model rank (TP=1, cpu: 4)
+# Every rank of the stream is a multiple of this many cores, so a NUMA node whose model cores are not is left
+# that remainder even when packed perfectly.
+RANK_STEP = math.gcd(*(cpu // tp for tp, _, cpus in MODELS for cpu in cpus))
 
 
 # -- fleet and stream ---------------------------------------------------------------------------------------
@@ -320,18 +324,23 @@ def records(vnodes: list[VirtualNode]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def stranded(fleet: dict[str, VNode], recs: dict[str, dict[str, Any]], reserved: dict[str, CPUSet]) -> int:
-    """Free cores on NUMA nodes where no rank of the smallest model fits."""
-    total = 0
+def stranded(fleet: dict[str, VNode], recs: dict[str, dict[str, Any]], reserved: dict[str, CPUSet]) -> tuple[int, int]:
+    """Free cores on NUMA nodes where no rank of the smallest model fits, and how many of them the NUMA nodes'
+    own sizes force: on such a NUMA node, its model cores modulo RANK_STEP stay free under any NUMA-local packing
+    of the stream's ranks."""
+    total = forced = 0
     for name, record in recs.items():
         shape = fleet[name].shape
+        held = {shape.core_of(c) for c in reserved[name].cpus}
         used = {shape.core_of(c) for e in record["pods"].values() for v in e["containers"].values()
-                for c in CPUSet.parse(v["cpuset"]).cpus} | {shape.core_of(c) for c in reserved[name].cpus}
+                for c in CPUSet.parse(v["cpuset"]).cpus} | held
         for numa in range(shape.numa_nodes):
             cores = range(numa * shape.cores_per_numa, (numa + 1) * shape.cores_per_numa)
             free = sum(1 for core in cores if core not in used)
-            total += free if free < SMALLEST_RANK else 0
-    return total
+            if free < SMALLEST_RANK:
+                total += free
+                forced += sum(1 for core in cores if core not in held) % RANK_STEP
+    return total, forced
 
 
 # -- one arm --------------------------------------------------------------------------------------------------
@@ -474,7 +483,7 @@ def summarize(arm: str, observer: Observer, recs: dict[str, dict[str, Any]], res
         "pending_at_end": len(pending),
         "p50": statistics.median(waits) if waits else None,
         "p99": waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else None,
-        "stranded": stranded(observer.fleet, recs, reserved),
+        **dict(zip(("stranded", "stranded_forced"), stranded(observer.fleet, recs, reserved))),
         "stream_seconds": round(stream_seconds, 1), "seconds": round(seconds, 1),
         "failures": sorted({f.failed for f in models if f.failed})[:5], "kubelet_errors": errors[:5],
     }
@@ -484,12 +493,12 @@ def summarize(arm: str, observer: Observer, recs: dict[str, dict[str, Any]], res
 
 def table(rows: list[dict[str, Any]]) -> Iterator[str]:
     yield ("| arm | model pods | refused at admission | placed | plugin failed | spread | shared core "
-           "| pending at end | create → Running p50 / p99 | stranded cores |")
+           "| pending at end | create → Running p50 / p99 | stranded cores (forced by NUMA sizes) |")
     yield "|---|---|---|---|---|---|---|---|---|---|"
     for r in rows:
         times = f"{r['p50']:.2f} s / {r['p99']:.2f} s" if r["p50"] is not None else "-"
         yield (f"| {r['arm']} | {r['model_pods']} | {r['refused']} | {r['placed']} | {r['failed']} | {r['spread']} "
-               f"| {r['shared']} | {r['pending_at_end']} | {times} | {r['stranded']} |")
+               f"| {r['shared']} | {r['pending_at_end']} | {times} | {r['stranded']} ({r['stranded_forced']}) |")
 
 
 def main() -> int:
