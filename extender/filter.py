@@ -23,6 +23,7 @@ shows the per-node numbers (also in the log line and GET /debug/nodes/NAME).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections import OrderedDict
@@ -87,6 +88,8 @@ class _Memo:
 
     synced: int
     classes: dict[tuple[Any, ...], Verdict] = field(default_factory=dict)
+    # by class short of free memory (`fit.plan_key`): where the cores go, which `fit.finish` completes per class
+    plans: dict[tuple[Any, ...], fitmod.Fit] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     untold: list[str] | None = None  # nodes `Judge.warm` has still to judge; None: not begun
 
@@ -125,6 +128,7 @@ class Judge:
         # shape -> (id, the policy: holding it keeps its id() from being reused while the shape is known)
         self._shapes: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.fits_asked = 0  # fits computed (verdict cache misses), for the log line
+        self.untold = asyncio.Event()  # set when a demand is first asked about: `warm` has nodes to judge
         self._refusals: dict[tuple[bool, str], Verdict] = {}
         # where -> (the cluster's node generation, node name -> why it is not offered, None when it is)
         self._wheres: OrderedDict[bytes, tuple[int, dict[str, Miss | None]]] = OrderedDict()
@@ -220,6 +224,7 @@ class Judge:
             self._memos.move_to_end(key)
             return memo
         memo = self._memos[key] = _Memo(self.cluster.stamps.taken)
+        self.untold.set()
         while len(self._memos) > MAX_DEMANDS:
             self._memos.popitem(last=False)
         return memo
@@ -239,16 +244,24 @@ class Judge:
         entry = self._nodes[ledger.name] = (ledger, known[0])
         return entry
 
-    def _judge(self, key: ModelDemand, ledger: NodeLedger, shape: int, classes: dict[Any, Verdict]) -> Verdict:
+    def _judge(self, key: ModelDemand, ledger: NodeLedger, shape: int, memo: _Memo,
+               plan_class: tuple[Any, ...] | None) -> Verdict:
         self.fits_asked += 1
-        fit = self.cluster.fit(key, ledger)
+        settings = self.settings
+        strategy = settings.scoring_strategy
+        planned = memo.plans.get(plan_class) if plan_class is not None else None
+        if planned is None:
+            planned = fitmod.plan(key, ledger, settings.mm_kubelet_threads_per_core, strategy)
+            if plan_class is not None:
+                memo.plans[plan_class] = planned
+        fit = fitmod.finish(planned, ledger, strategy)
         if fit.ok:
             return _FITS[max(MIN_SCORE, min(MAX_SCORE, fit.score))]
         verdict = self._refusal(fit.resolvable, explain(key, fit))
         if not fit.resolvable:
             # What the node holds does not enter this refusal (see `fitmod.fit`): every node of this shape
             # shares it, whatever each holds.
-            classes[(shape,)] = verdict
+            memo.classes[(shape,)] = verdict
         return verdict
 
     def _refusal(self, resolvable: bool, message: str) -> Verdict:
@@ -259,19 +272,22 @@ class Judge:
             verdict = self._refusals[(resolvable, message)] = Verdict(False, resolvable, MIN_SCORE, message)
         return verdict
 
-    def _classify(self, key: ModelDemand, ledger: NodeLedger, classes: dict[Any, Verdict]) -> Verdict:
+    def _classify(self, key: ModelDemand, ledger: NodeLedger, memo: _Memo) -> Verdict:
         """The verdict for a node this demand has not been told of in the ledger's present state: from
-        the nodes that look the same to `fit`, or from `fit` itself."""
+        the nodes that look the same to `fit`, from those that differ only in free memory, or from `fit` itself."""
         seen = self._nodes.get(ledger.name)
         if seen is None or seen[0] is not ledger:
             seen = self._see(ledger)
+        classes = memo.classes
         verdict = classes.get((seen[1],))
         if verdict is not None:
             return verdict
-        cls = (seen[1], *fitmod.fit_key(key, ledger))
+        plan_class = (seen[1], *fitmod.plan_key(key, ledger))
+        memory = fitmod.memory_key(key, ledger)
+        cls = plan_class + memory if memory else plan_class
         verdict = classes.get(cls)
         if verdict is None:
-            verdict = classes[cls] = self._judge(key, ledger, seen[1], classes)
+            verdict = classes[cls] = self._judge(key, ledger, seen[1], memo, plan_class if memory else None)
         return verdict
 
     def _sync(self, memo: _Memo) -> None:
@@ -299,7 +315,7 @@ class Judge:
         for i in _holes(out):
             ledger = ledger_of(names[i])
             if ledger is not None:
-                out[i] = told[names[i]] = self._classify(key, ledger, memo.classes)
+                out[i] = told[names[i]] = self._classify(key, ledger, memo)
         return out
 
     def warm(self, budget: float) -> bool:
@@ -318,7 +334,7 @@ class Judge:
                 name = untold.pop()
                 ledger = self.cluster.ledger(name)
                 if ledger is not None and name not in told:
-                    told[name] = self._classify(key, ledger, memo.classes)
+                    told[name] = self._classify(key, ledger, memo)
                 if time.perf_counter() >= deadline:
                     return True
         return False

@@ -24,6 +24,8 @@ from placement.demand import ModelDemand, ModelIdentity
 from placement.ledger import NodeLedger, NodeNRI
 from placement.topology import linux_layout, reserved_from_spec, spread_reserved
 
+GIB = 2**30
+
 
 def generated(cores_per_numa: list[int], tpc: int = 2) -> BalloonsPolicy:
     """The policy `balloons-policy NODE` writes for a node of this shape, reserving one core per NUMA node."""
@@ -46,12 +48,13 @@ def demand(cpus: int, tp: int = 1, policy: str = "nri-balloons", model: str | No
         node_pin=None, problems=())
 
 
-def ledger(cores_per_numa: list[int], tpc: int = 2, policy: BalloonsPolicy | None = None) -> NodeLedger:
+def ledger(cores_per_numa: list[int], tpc: int = 2, policy: BalloonsPolicy | None = None,
+           numa_memory: tuple[int, ...] = ()) -> NodeLedger:
     """A node of this shape under `policy` (default: its generated one), reserving what the policy says."""
     topo = linux_layout(cores_per_numa, tpc, "labels")
     policy = generated(cores_per_numa, tpc) if policy is None else policy
     reserved = reserved_from_spec(topo, policy.reserved_cpu or "0")
-    return NodeLedger("n1", topo, reserved, "test", {}, NodeNRI(policy, "Success"))
+    return NodeLedger("n1", topo, reserved, "test", {}, NodeNRI(policy, "Success"), numa_memory=numa_memory)
 
 
 def test_capacity_excludes_every_core_a_reserved_thread_touches() -> None:
@@ -412,7 +415,8 @@ def _apply(led: NodeLedger, op: str, slot: int, cpus: int, tp: int) -> None:
     elif op == "unknown" and uid not in led.holdings:
         led.hold(fitmod.Holding(uid, f"llm/{uid}", None, None, ((slot % len(led.capacity), 1),), unknown=True))
     elif uid not in led.holdings and uid not in led.shared:
-        fitmod.place(led, uid, demand(cpus, tp=tp), 2, "MostAllocated")
+        # Pods that pin memory, of several sizes, so that ledgers alike in cores differ in free memory.
+        fitmod.place(led, uid, replace(demand(cpus, tp=tp), memory_bytes=slot % 3 * 8 * GIB), 2, "MostAllocated")
 
 
 key_ops = st.lists(st.tuples(st.sampled_from(["place", "release", "shared", "unknown"]), st.integers(0, 5),
@@ -421,12 +425,13 @@ key_ops = st.lists(st.tuples(st.sampled_from(["place", "release", "shared", "unk
 
 @hsettings(max_examples=300, deadline=None)
 @given(common=key_ops, extra=key_ops, cpus=st.integers(1, 24), tp=st.sampled_from([1, 2]),
-       sidecar=st.sampled_from([0, 500, 3000]), memory=st.sampled_from([0, 2**30]))
-def test_ledgers_alike_to_fit_key_get_the_same_fit(common, extra, cpus, tp, sidecar, memory) -> None:
-    """The extender answers every node of a class with one `fit`: two ledgers of one shape whose `fit_key` is
-    equal must get the same answer, or a node would be told another's verdict."""
+       sidecar=st.sampled_from([0, 500, 3000]), memory=st.sampled_from([0, 2 * GIB, 20 * GIB]))
+def test_ledgers_alike_to_the_keys_get_the_same_plan_and_fit(common, extra, cpus, tp, sidecar, memory) -> None:
+    """The extender answers every node of a class with one `plan`, finished per class of free memory: two ledgers
+    of one shape whose `plan_key` is equal must get the same plan, which `finish` completes into each one's own
+    `fit`, and with `fit_key` equal the same answer, or a node would be told another's verdict."""
     policy = generated([8, 8], 2)
-    a, b = ledger([8, 8], policy=policy), ledger([8, 8], policy=policy)
+    a, b = (ledger([8, 8], policy=policy, numa_memory=(32 * GIB, 32 * GIB)) for _ in range(2))
     for step in common:
         _apply(a, *step)
         _apply(b, *step)
@@ -434,8 +439,11 @@ def test_ledgers_alike_to_fit_key_get_the_same_fit(common, extra, cpus, tp, side
         _apply(b, *step)
     d = replace(demand(cpus, tp=tp), shared_milli=sidecar, namespace="llm", memory_bytes=memory)
     assert fitmod.shape_key(a) == fitmod.shape_key(b)
-    if fitmod.fit_key(d, a) == fitmod.fit_key(d, b):
-        assert fitmod.fit(d, a, 2, "MostAllocated") == fitmod.fit(d, b, 2, "MostAllocated")
+    if fitmod.plan_key(d, a) == fitmod.plan_key(d, b):
+        planned = fitmod.plan(d, a, 2, "MostAllocated")
+        assert fitmod.finish(planned, b, "MostAllocated") == fitmod.fit(d, b, 2, "MostAllocated")
+        if fitmod.fit_key(d, a) == fitmod.fit_key(d, b):
+            assert fitmod.fit(d, a, 2, "MostAllocated") == fitmod.fit(d, b, 2, "MostAllocated")
 
 
 def test_a_sidecar_s_room_is_part_of_the_memo_key() -> None:
