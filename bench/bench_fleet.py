@@ -233,6 +233,7 @@ class PodFate:
     failed: str | None = None
     node: str | None = None
     verdict: str | None = None  # local | spread | shared | memory, once its containers are seen
+    placement: str = ""  # where the plugin put it, for the summary of the pods judged not local
     ever_shared: bool = False
     deleted: bool = False
 
@@ -312,6 +313,8 @@ class Observer:
                         fate.verdict = ("shared" if fate.ever_shared else
                                         "spread" if not rank_per_numa(spread, demand.numa_nodes, demand.cpus, shape)
                                         else "memory" if numa != set(spread) else "local")
+                        fate.placement = (f"{fate.key} on {node}: {demand.numa_nodes} rank(s) of {demand.cpus} CPUs, "
+                                          f"got cores per NUMA node {dict(sorted(spread.items()))}, memory {mems}")
 
 
 def records(vnodes: list[VirtualNode]) -> dict[str, dict[str, Any]]:
@@ -486,6 +489,7 @@ def summarize(arm: str, observer: Observer, recs: dict[str, dict[str, Any]], res
         **dict(zip(("stranded", "stranded_forced"), stranded(observer.fleet, recs, reserved))),
         "stream_seconds": round(stream_seconds, 1), "seconds": round(seconds, 1),
         "failures": sorted({f.failed for f in models if f.failed})[:5], "kubelet_errors": errors[:5],
+        "not_local": sorted(f.placement for f in models if f.verdict not in (None, "local"))[:5],
     }
 
 

@@ -44,7 +44,6 @@ PREEMPTION: web.AppKey[Preemption] = web.AppKey("extender_preemption", Preemptio
 WAITING: web.AppKey[Waiting] = web.AppKey("extender_waiting", Waiting)
 FIRST_REASONS = 3
 WARM_SLICE_SECONDS = 0.0005
-WARM_IDLE_SECONDS = 0.05
 
 _PASSED = metrics.FILTER_NODES.labels("passed")
 _FAILED = metrics.FILTER_NODES.labels("failed")
@@ -79,7 +78,11 @@ async def _warm_verdicts(app: web.Application) -> AsyncIterator[None]:
             except Exception:  # a bug here must not stop the warming for good, nor the serving
                 log.exception("warming verdicts failed", extra={"verb": "filter"})
                 more = False
-            await asyncio.sleep(0 if more else WARM_IDLE_SECONDS)
+            if more:
+                await asyncio.sleep(0)
+            else:  # until a demand is first asked about (no await since `warm`: nothing was missed)
+                judge.untold.clear()
+                await judge.untold.wait()
 
     task = asyncio.create_task(run())
     yield
