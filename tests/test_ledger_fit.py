@@ -191,7 +191,8 @@ def test_scores_by_strategy() -> None:
     d = demand(10)
     most = fitmod.fit(d, led, 2, "MostAllocated").score
     least = fitmod.fit(d, led, 2, "LeastAllocated").score
-    assert most == 5 and least == 5  # 15 of 30 cores used either way
+    # 15 of 30 cores used either way (0.5), and no sliver left: the upper half of the range, 0.5 + 0.5 / 2
+    assert most == 8 and least == 8
     fresh = ledger([16, 16])
     assert fitmod.fit(d, fresh, 2, "MostAllocated").score < most  # packing prefers the used node
     assert fitmod.fit(d, fresh, 2, "LeastAllocated").score > least
@@ -381,9 +382,11 @@ def test_a_request_past_what_cpu_shares_carry_is_refused() -> None:
     assert (over.check, over.resolvable) == (reasons.REQUEST_OVER_SHARES, False) and "256 CPUs" in over.reason
 
 
-def test_a_placement_that_leaves_a_sliver_of_a_numa_node_scores_below_one_that_does_not() -> None:
+def test_a_placement_that_leaves_a_sliver_of_a_numa_node_scores_below_any_that_does_not() -> None:
     """Packing prefers the fuller node, but not when it leaves a NUMA node with 1-3 free cores, which no rank
-    takes: those strand (the fleet benchmark's ours arm stranded 332 cores against stock's 72 before this)."""
+    takes: those strand. Any placement that leaves none, on however empty a node, outranks one that does (the
+    fleet benchmark's ours arm stranded 332 cores before slivers were scored down, 201-236 while a sliver only
+    halved the score, 156 since)."""
     d = demand(12)  # 6 cores, one NUMA node
 
     def node_with_free(free: int) -> NodeLedger:
@@ -400,6 +403,9 @@ def test_a_placement_that_leaves_a_sliver_of_a_numa_node_scores_below_one_that_d
     assert sliver.score < roomy.score, (sliver.score, roomy.score)  # 1 core left behind against 4
     exact = fitmod.fit(d, node_with_free(6), 2, "MostAllocated")
     assert exact.score > roomy.score, (exact.score, roomy.score)  # filling a NUMA node whole is no sliver
+    empty = fitmod.fit(d, ledger([16, 16]), 2, "MostAllocated")
+    assert empty.per_numa == ((0, 6),) and empty.score > sliver.score, (empty.score, sliver.score)
+    assert sliver.score <= 5 < empty.score  # the lower half of the range against the upper
 
 
 # -- the extender's memo key: what fit reads ----------------------------------------------------------
