@@ -327,11 +327,14 @@ def records(vnodes: list[VirtualNode]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def stranded(fleet: dict[str, VNode], recs: dict[str, dict[str, Any]], reserved: dict[str, CPUSet]) -> tuple[int, int]:
-    """Free cores on NUMA nodes where no rank of the smallest model fits, and how many of them the NUMA nodes'
-    own sizes force: on such a NUMA node, its model cores modulo RANK_STEP stay free under any NUMA-local packing
-    of the stream's ranks."""
-    total = forced = 0
+def free_cores(fleet: dict[str, VNode], recs: dict[str, dict[str, Any]], reserved: dict[str, CPUSet]) -> dict[str, Any]:
+    """What the fleet has free at the end, from the cpusets the plugins gave. `stranded`: free cores on NUMA nodes
+    where no rank of the smallest model fits; `stranded_forced`: how many of those the NUMA nodes' own sizes force
+    (on such a NUMA node its model cores modulo RANK_STEP stay free under any NUMA-local packing of the stream's
+    ranks); `free`: every free model core, stranded or not; `slivers`: how many NUMA nodes end with 0, 1, 2, 3 free
+    cores. Read together they say whether an arm strands cores by packing badly or by packing more."""
+    total = forced = free_all = 0
+    slivers = [0] * SMALLEST_RANK
     for name, record in recs.items():
         shape = fleet[name].shape
         held = {shape.core_of(c) for c in reserved[name].cpus}
@@ -340,10 +343,12 @@ def stranded(fleet: dict[str, VNode], recs: dict[str, dict[str, Any]], reserved:
         for numa in range(shape.numa_nodes):
             cores = range(numa * shape.cores_per_numa, (numa + 1) * shape.cores_per_numa)
             free = sum(1 for core in cores if core not in used)
+            free_all += free
             if free < SMALLEST_RANK:
+                slivers[free] += 1
                 total += free
                 forced += sum(1 for core in cores if core not in held) % RANK_STEP
-    return total, forced
+    return {"stranded": total, "stranded_forced": forced, "free": free_all, "slivers": slivers}
 
 
 # -- one arm --------------------------------------------------------------------------------------------------
@@ -486,7 +491,7 @@ def summarize(arm: str, observer: Observer, recs: dict[str, dict[str, Any]], res
         "pending_at_end": len(pending),
         "p50": statistics.median(waits) if waits else None,
         "p99": waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else None,
-        **dict(zip(("stranded", "stranded_forced"), stranded(observer.fleet, recs, reserved))),
+        **free_cores(observer.fleet, recs, reserved),
         "stream_seconds": round(stream_seconds, 1), "seconds": round(seconds, 1),
         "failures": sorted({f.failed for f in models if f.failed})[:5], "kubelet_errors": errors[:5],
         "not_local": sorted(f.placement for f in models if f.verdict not in (None, "local"))[:5],
@@ -497,12 +502,14 @@ def summarize(arm: str, observer: Observer, recs: dict[str, dict[str, Any]], res
 
 def table(rows: list[dict[str, Any]]) -> Iterator[str]:
     yield ("| arm | model pods | refused at admission | placed | plugin failed | spread | shared core "
-           "| pending at end | create → Running p50 / p99 | stranded cores (forced by NUMA sizes) |")
-    yield "|---|---|---|---|---|---|---|---|---|---|"
+           "| pending at end | create → Running p50 / p99 | stranded cores (forced by NUMA sizes) | free cores "
+           "| NUMA nodes left with 0 / 1 / 2 / 3 free cores |")
+    yield "|---|---|---|---|---|---|---|---|---|---|---|---|"
     for r in rows:
         times = f"{r['p50']:.2f} s / {r['p99']:.2f} s" if r["p50"] is not None else "-"
         yield (f"| {r['arm']} | {r['model_pods']} | {r['refused']} | {r['placed']} | {r['failed']} | {r['spread']} "
-               f"| {r['shared']} | {r['pending_at_end']} | {times} | {r['stranded']} ({r['stranded_forced']}) |")
+               f"| {r['shared']} | {r['pending_at_end']} | {times} | {r['stranded']} ({r['stranded_forced']}) | {r['free']} "
+               f"| {' / '.join(map(str, r['slivers']))} |")
 
 
 def main() -> int:
