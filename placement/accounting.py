@@ -50,6 +50,8 @@ class Record(Protocol):
     @property
     def placed(self) -> Placed | None: ...
     @property
+    def leaving(self) -> bool: ...
+    @property
     def created(self) -> str: ...
 
 
@@ -153,7 +155,12 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
         ledger.set_shared(rec.uid, (rec.shared_milli or 0) + (demand.cpu_milli if demand else 0), balloon,
                           rec.shared_memory + (demand.memory_bytes if demand else 0))
         return
-    if _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed) and rec.shared_milli is not None:
+    held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed)
+    if rec.leaving:
+        # The fleet benchmark caught this: a ledger that counted a terminating pod's balloon, gone from the node,
+        # foresaw the next balloon on another NUMA node than the plugin chose, and admitted a pod it then split.
+        ledger.mark_leaving(rec.uid)
+    if held and rec.shared_milli is not None:
         # After the model's cores: the kubelet creates the model container before the sidecars listed after it,
         # and their balloon grows from what the model's balloon left (the plugin did so on a full NUMA node). For
         # native sidecars and containers listed before the model, which start first, the order is a guess; live

@@ -41,6 +41,14 @@ class Holding:
     # Where it really is cannot be known (no persisted placement, no exported zone): per_numa charges a rank's
     # cores on every NUMA node it could be on, and its balloon types are not counted.
     unknown: bool = False
+    # Its pod is terminating: its cores stay held until it is gone, but the kubelet may already have removed its
+    # containers, and the plugin its balloons, so the instance counts balance-balloons reads are unknown.
+    leaving: bool = False
+
+    @property
+    def unsettling(self) -> bool:
+        """Whether the node's next balloon cannot be foreseen while this is held (`NodeLedger.unsettled`)."""
+        return self.unknown or self.leaving
 
     @property
     def cores(self) -> int:
@@ -201,7 +209,8 @@ class NodeLedger:
     _lent_held: tuple[int, ...] = field(init=False, default=())  # lent cores the grown-at-once reserved balloon took
     _lent: tuple[int, ...] = field(init=False)
     _kept_cpus: int = field(init=False)
-    unsettled: int = field(init=False, default=0)  # holdings of unknown placement: no NUMA choice can be foreseen
+    # holdings of unknown placement or of terminating pods: no NUMA choice can be foreseen
+    unsettled: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         policy = self.nri.policy
@@ -440,7 +449,7 @@ class NodeLedger:
                           shortfall=max(0, cores - taken)))
 
     def _add(self, holding: Holding) -> None:
-        self.unsettled += holding.unknown
+        self.unsettled += holding.unsettling
         for numa, cores in holding.per_numa:
             self._avail[numa] -= cores
             self._mem_avail[numa] -= holding.memory
@@ -454,6 +463,13 @@ class NodeLedger:
             self._by_identity.setdefault(holding.identity, {})[holding.uid] = holding
         self._free = self._free_memory = None
         self.stamps.take(self.name)
+
+    def mark_leaving(self, uid: str) -> None:
+        """The pod of holding `uid` is terminating (see `Holding.leaving`)."""
+        holding = self.holdings.get(uid)
+        if holding is not None and not holding.leaving:
+            self.release(uid)
+            self._add(replace(holding, leaving=True))
 
     def force_hold(self, holding: Holding) -> None:
         """Record a pod that already runs here even if it does not fit: it really uses the cores,
@@ -473,7 +489,7 @@ class NodeLedger:
         holding = self.holdings.pop(uid, None)
         if holding is None:
             return None
-        self.unsettled -= holding.unknown
+        self.unsettled -= holding.unsettling
         for numa, cores in holding.per_numa:
             self._avail[numa] += cores
             self._mem_avail[numa] += holding.memory

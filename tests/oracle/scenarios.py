@@ -134,6 +134,7 @@ class Node:
         self.plugin, self.group, self.shape = plugin, group, group.shape
         self.cluster = ClusterState.from_objects(node_objects(group), SETTINGS)
         self.pods: dict[str, tuple[dict[str, Any], PodRun]] = {}
+        self.left: set[str] = set()  # pods whose containers are gone while their objects stay (`leave`)
 
     def add_model(self, name: str, tp: int, cpu: int | str, cluster: ClusterState | None = None
                   ) -> tuple[Fit, dict[int, int]]:
@@ -171,8 +172,19 @@ class Node:
 
     def delete(self, name: str) -> None:
         pod, run = self.pods.pop(name)
-        self.plugin.remove_pod(run.pod)
+        if name not in self.left:
+            self.plugin.remove_pod(run.pod)
+        self.left.discard(name)
         self.cluster.apply("Pod", "DELETED", pod)
+
+    def leave(self, name: str) -> None:
+        """The pod is being deleted and the kubelet has removed its containers, but its object is not gone yet: the
+        watch shows it with a deletionTimestamp (`delete` ends it)."""
+        pod, run = self.pods[name]
+        self.plugin.remove_pod(run.pod)
+        self.left.add(name)
+        self.cluster.apply("Pod", "MODIFIED", {**pod, "metadata": {**pod["metadata"],
+                                                                   "deletionTimestamp": "2026-12-06T05:06:36Z"}})
 
     def rebuilt(self, annotated: bool = True, nrt: dict[str, Any] | None = None) -> ClusterState:
         """A ledger rebuilt from a list of what runs (as after a relist, a restart or a failover), with or without
