@@ -158,7 +158,8 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
     held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed)
     if rec.leaving:
         # The fleet benchmark caught this: a ledger that counted a terminating pod's balloon, gone from the node,
-        # foresaw the next balloon on another NUMA node than the plugin chose, and admitted a pod it then split.
+        # foresaw the next balloon on another NUMA node than the plugin chose, and admitted a pod it then split
+        # (`fit` now forecasts with and without such pods).
         ledger.mark_leaving(rec.uid)
     if held and rec.shared_milli is not None:
         # After the model's cores: the kubelet creates the model container before the sidecars listed after it,

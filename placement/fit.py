@@ -221,7 +221,8 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
         # Whose next balloon depends on how many there are: maxBalloons, or filled before a new one is made.
         if btype is not None and (btype.max_balloons > 0 or not btype.prefer_new_balloons):
             key += (ledger.count_balloons(btype.name),)
-        key += (ledger.instance_key,)  # balance-balloons picks the component type with the fewest instances
+        key += (ledger.instance_key,  # balance-balloons picks the component type with the fewest instances
+                ledger.leaving_key())
         if demand.shared_milli:
             key += (ledger.shared_growth(demand.namespace, demand.shared_milli),)
     elif demand.policy not in EXCLUSIVE_POLICIES:
@@ -278,10 +279,10 @@ def _score(ledger: NodeLedger, free_after: list[int], strategy: str, memory_afte
     value = _strategy_value(free_after, ledger.capacity, total, strategy)
     if memory_after is not None:
         value = (value + _strategy_value(memory_after, ledger.numa_memory, ledger.memory_total, strategy)) / 2
-    # A placement that leaves no sliver outranks every one that does (the upper half of the range against the
-    # lower); the strategy orders each half.
-    value = value / 2 if _leaves_a_sliver(ledger.free(), free_after) else 0.5 + value / 2
-    return max(0, min(10, math.floor(value * 10 + 0.5)))
+    # A placement that leaves no sliver outranks every one that does: 5..10 against 0..4, the strategy ordering each.
+    if _leaves_a_sliver(ledger.free(), free_after):
+        return max(0, min(4, math.floor(value * 4 + 0.5)))
+    return 5 + max(0, min(5, math.floor(value * 5 + 0.5)))
 
 
 # A NUMA node left with fewer free cores than this holds no rank of a CPU vLLM model we have seen deployed: those
@@ -384,6 +385,17 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
             elsewhere = unsure - ledger.guessed[i]
             if elsewhere and cores + elsewhere > (unlent or free)[i]:
                 return _refuse(node, reasons.SharedUnseen(i, elsewhere), True, fp)
+    if ledger.leaving:
+        # Terminating pods' cores stay held, but the plugin may already have freed them and dropped their balloons,
+        # which changes the counts balance-balloons reads and the NUMA node the plugin picks: both must agree.
+        released, instances = ledger.without_leaving()
+        extra = [r - f for r, f in zip(released, free)]
+        other = nri.place(policy, empty.step, released, instances,
+                          None if unlent is None else tuple(u + e for u, e in zip(unlent, extra)))
+        if not isinstance(other, nri.Plan) or other.per_numa != placed.per_numa:
+            instead = tuple(n for n, _ in other.per_numa) if isinstance(other, nri.Plan) and \
+                len(other.per_numa) == span else ()
+            return _refuse(node, reasons.PodLeaving(tuple(n for n, _ in placed.per_numa), instead), True, fp)
     if unlent is not None:
         # The plugin takes lent reserved CPUs last and, once it needs some, by hints that may pick them on another
         # NUMA node than the rest of the balloon (the oracle saw 7 cores on one and the 8th on the other).

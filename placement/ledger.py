@@ -13,7 +13,7 @@ import math
 from collections import deque
 from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -42,13 +42,8 @@ class Holding:
     # cores on every NUMA node it could be on, and its balloon types are not counted.
     unknown: bool = False
     # Its pod is terminating: its cores stay held until it is gone, but the kubelet may already have removed its
-    # containers, and the plugin its balloons, so the instance counts balance-balloons reads are unknown.
+    # containers, and the plugin its balloons (`NodeLedger.without_leaving`).
     leaving: bool = False
-
-    @property
-    def unsettling(self) -> bool:
-        """Whether the node's next balloon cannot be foreseen while this is held (`NodeLedger.unsettled`)."""
-        return self.unknown or self.leaving
 
     @property
     def cores(self) -> int:
@@ -209,8 +204,8 @@ class NodeLedger:
     _lent_held: tuple[int, ...] = field(init=False, default=())  # lent cores the grown-at-once reserved balloon took
     _lent: tuple[int, ...] = field(init=False)
     _kept_cpus: int = field(init=False)
-    # holdings of unknown placement or of terminating pods: no NUMA choice can be foreseen
-    unsettled: int = field(init=False, default=0)
+    unsettled: int = field(init=False, default=0)  # holdings of unknown placement: no NUMA choice can be foreseen
+    leaving: int = field(init=False, default=0)  # holdings of terminating pods
 
     def __post_init__(self) -> None:
         policy = self.nri.policy
@@ -449,7 +444,8 @@ class NodeLedger:
                           shortfall=max(0, cores - taken)))
 
     def _add(self, holding: Holding) -> None:
-        self.unsettled += holding.unsettling
+        self.unsettled += holding.unknown
+        self.leaving += holding.leaving
         for numa, cores in holding.per_numa:
             self._avail[numa] -= cores
             self._mem_avail[numa] -= holding.memory
@@ -489,7 +485,8 @@ class NodeLedger:
         holding = self.holdings.pop(uid, None)
         if holding is None:
             return None
-        self.unsettled -= holding.unsettling
+        self.unsettled -= holding.unknown
+        self.leaving -= holding.leaving
         for numa, cores in holding.per_numa:
             self._avail[numa] += cores
             self._mem_avail[numa] += holding.memory
@@ -565,6 +562,25 @@ class NodeLedger:
         """Balloons of each type including those inside composites: balance-balloons creates the component
         with the fewest."""
         return self._instances
+
+    def without_leaving(self) -> tuple[tuple[int, ...], dict[str, int]]:
+        """Free cores per NUMA node and balloons per type as the plugin may already count them: without the holdings
+        of terminating pods, whose containers the kubelet may have removed before their objects are gone."""
+        free = list(self.free())
+        instances = dict(self._instances)
+        for holding in self.holdings.values():
+            if holding.leaving:
+                for numa, cores in holding.per_numa:
+                    free[numa] += cores
+                for name in holding.types:
+                    instances[name] -= 1
+        return tuple(free), instances
+
+    def leaving_key(self) -> tuple[Any, ...]:
+        """What `without_leaving` takes away, for keys of what `fit` reads: () while no pod is terminating."""
+        if not self.leaving:
+            return ()
+        return tuple(sorted((h.per_numa, h.types) for h in self.holdings.values() if h.leaving))
 
     def scratch(self, without: ModelIdentity | None = None, evicted: Container[str] = ()) -> NodeLedger:
         """A copy to simulate on, without the pods of `without` (a model's own pods are being replaced) and

@@ -37,6 +37,7 @@ REQUEST_OVER_SHARES = "request-over-cpu-shares"
 PLACEMENT_UNKNOWN = "placement-unknown"
 RESERVED_LENT = "reserved-cpus-lent"
 SHARED_UNSEEN = "shared-balloons-unseen"
+POD_LEAVING = "pod-terminating"
 UNKNOWN_NODE = "unknown-node"
 ALREADY_BOUND = "already-bound"
 
@@ -265,6 +266,19 @@ class PlacementUnknown(NamedTuple):
                 "showContainersInNrt: true in the BalloonsPolicy")
 
 
+class PodLeaving(NamedTuple):
+    numa: tuple[int, ...]  # where the balloon goes while the terminating pods' balloons stand
+    instead: tuple[int, ...]  # where once they are gone; (): nowhere with a NUMA node per rank
+
+    check: str = POD_LEAVING
+
+    def text(self) -> str:
+        where = _numa_nodes(self.instead) if self.instead else "no NUMA node per rank"
+        return (f"a pod here is terminating and the balloons plugin may already have removed its balloon, after "
+                f"which it would put this one on {where}, not on {_numa_nodes(self.numa)}; judged again once that "
+                "pod is gone")
+
+
 class ReservedLent(NamedTuple):
     numa: int  # the NUMA node the balloon would take lent cores on
     lacking: int  # cores beyond what is free there unreserved
@@ -311,7 +325,7 @@ class NoFreeMemory(NamedTuple):
 
     def text(self) -> str:
         return (f"needs {fmt_bytes(self.memory)} free memory on each of its NUMA nodes (pinMemory); the plugin would "
-                f"put it on NUMA node{'s' if len(self.numa) > 1 else ''} {', '.join(map(str, self.numa))}")
+                f"put it on {_numa_nodes(self.numa)}")
 
 
 class CoresTaken(NamedTuple):
@@ -369,8 +383,8 @@ class AlreadyBound(NamedTuple):
 Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
           | MemoryExceedsNuma | TypeSpansFewer | StaticExceedsNode | MaxBalloons | SharesBalloon | RanksCrowded
-          | PlacementUnknown | ReservedLent | SharedUnseen | SidecarsNoRoom | NoFreeMemory | CoresTaken | PoolTaken
-          | Unsettled | UnknownNode | AlreadyBound)
+          | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | SidecarsNoRoom | NoFreeMemory | CoresTaken
+          | PoolTaken | Unsettled | UnknownNode | AlreadyBound)
 
 
 def fmt_bytes(value: int) -> str:
@@ -380,6 +394,10 @@ def fmt_bytes(value: int) -> str:
 
 def _s(count: int) -> str:
     return "s" if count != 1 else ""
+
+
+def _numa_nodes(numa: tuple[int, ...]) -> str:
+    return f"NUMA node{_s(len(numa))} {', '.join(map(str, numa))}"
 
 
 def _where(policy: str) -> str:

@@ -148,5 +148,5 @@ def test_the_extender_packs_numa_memory_as_it_packs_cores() -> None:
     judge = Judge(state)
     scores, best = rank(judge, judge.read_pod(model), ["roomy", "busy"])
     # 8 of 64 cores either way; memory 40 of 512Gi on roomy, 340 of 512Gi on busy: (0.125 + 0.08) / 2 and
-    # (0.125 + 0.66) / 2, no sliver left, so in the upper half of the 0..10 scale: 0.5 + 0.10 / 2 and 0.5 + 0.39 / 2.
+    # (0.125 + 0.66) / 2, no sliver left, so on the upper part of the scale, 5 + round(5 x value): 5 + 0 and 5 + 2.
     assert scores == [5, 7] and best == "busy"

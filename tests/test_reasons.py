@@ -62,6 +62,12 @@ CASES: list[tuple[r.Reason, str, str]] = [
      "the balloons plugin may pick NUMA nodes without room for it (model pods here with no recorded placement count "
      "on every NUMA node they could use: bound by another scheduler or before model-placement was installed); "
      "re-create them through this scheduler, or set showContainersInNrt: true in the BalloonsPolicy"),
+    (r.PodLeaving((0,), (3,)), r.POD_LEAVING,
+     "a pod here is terminating and the balloons plugin may already have removed its balloon, after which it would "
+     "put this one on NUMA node 3, not on NUMA node 0; judged again once that pod is gone"),
+    (r.PodLeaving((0, 1), ()), r.POD_LEAVING,
+     "a pod here is terminating and the balloons plugin may already have removed its balloon, after which it would "
+     "put this one on no NUMA node per rank, not on NUMA nodes 0, 1; judged again once that pod is gone"),
     (r.ReservedLent(1, 2), r.RESERVED_LENT,
      "the balloon would need 2 of the reserved cores on NUMA node 1, which the BalloonsPolicy lends (its reserved "
      "balloon type sets no minCPUs), and the plugin may take them from another NUMA node; set minCPUs on the "

@@ -2,8 +2,8 @@
 plugin has dropped its balloon, so balance-balloons counts one instance fewer than a ledger that still holds the
 pod. The 100-node fleet benchmark (bench/bench_fleet.py) caught the ledger foreseeing the next TP=1 balloon on a NUMA
 node with room while the plugin chose the one with the fewest instances, lacked room there and split the balloon
-over two NUMA nodes. The ledger now treats a terminating pod's node as unsettled: a balloon is admitted there only if
-it fits whichever NUMA node the plugin picks."""
+over two NUMA nodes. The ledger now forecasts such a node twice, with and without the terminating pods' balloons and
+cores: a balloon is admitted there only where both forecasts agree, and held where they put it."""
 
 from __future__ import annotations
 
@@ -32,9 +32,29 @@ def test_a_pod_whose_containers_are_gone_does_not_steer_the_next_balloon() -> No
         # The plugin took the type with the fewest balloons, NUMA node 3's, where 6 cores are free: it split.
         assert len(got) == 2, got
         # The ledger cannot know whether the terminating pod's balloon is still there: it refuses, until it is gone.
-        assert not fit.ok and fit.resolvable, (fit.check, fit.per_numa)
+        assert (fit.check, fit.resolvable) == ("pod-terminating", True), (fit.check, fit.per_numa)
+        assert "after which it would put this one on no NUMA node per rank, not on NUMA node 0" in fit.reason
         node.delete("leaving")  # gone from the list too: the ledger counts what the plugin counts again
         ledger = node.cluster.ledger(NODE)
         assert ledger is not None and ledger.unsettled == 0 and node.free() == ((10, 2, 2, 6), (10, 2, 2, 6))
         fit, got = node.add_model("d2", 1, 8)
         assert not fit.ok and fit.check == "balloon-not-numa-local" and len(got) == 2, (fit.check, got)
+
+
+def test_a_terminating_pod_that_does_not_change_the_forecast_does_not_hold_back_the_next_pod() -> None:
+    with BalloonsPeer(GROUP.shape, policy_spec(GROUP)) as plugin:
+        node = Node(plugin, GROUP)
+        for name, numa in (("a", 0), ("b", 1), ("c", 2), ("e", 3), ("f", 0), ("g", 1), ("h", 2), ("i", 3)):
+            fit, got = node.add_model(name, 1, 2)
+            assert fit.ok and got == {numa: 2}, (name, fit, got)
+        for name in ("f", "g", "h"):
+            node.delete(name)
+        node.leave("i")  # balloons per NUMA type 1, 1, 1 and 2 with it, 1 without: NUMA node 0's type either way
+        fit, got = node.add_model("d", 1, 4)
+        assert fit.ok and fit.per_numa == ((0, 4),) and got == {0: 4}, (fit, got)
+        ledger = node.cluster.ledger(NODE)
+        assert ledger is not None and ledger.unsettled == 0 and ledger.leaving == 1
+        held = next(h for h in ledger.holdings.values() if h.pod.endswith("/d"))
+        assert not held.unknown and held.per_numa == ((0, 4),)  # a known placement, persisted by the binding
+        node.delete("i")
+        assert ledger.leaving == 0 and node.free()[0] == node.free()[1]
