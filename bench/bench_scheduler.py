@@ -12,7 +12,7 @@ installed from its chart. Five kube-scheduler configurations from the same binar
 - pynull: the same null extender in Python on aiohttp and orjson (bench/null_extender.py), as ours is built: the
   floor of an extender on that stack before it judges anything (plain HTTP only; skipped under HTTPS);
 - pybind: the Python null extender with bindVerb, binding each pod through the apiserver with our own client code
-  (server.kubeapi): the floor of an extender on that stack that records its own bindings, as ours must (DESIGN.md:
+  (server.kubeapi): the floor of an extender on that stack that records its own bindings, as ours must (the design:
   /bind holds the cores at once and persists the placement on the pod), still without a watch or a log line;
 - plain: the `extenders:` stanza removed.
 Each round places `--pods` pods with each, in turn (the order rotates between rounds, so a machine growing busier or
