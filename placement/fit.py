@@ -388,10 +388,9 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     if ledger.leaving:
         # Terminating pods' cores stay held, but the plugin may already have freed them and dropped their balloons,
         # which changes the counts balance-balloons reads and the NUMA node the plugin picks: both must agree.
-        released, instances = ledger.without_leaving()
-        extra = [r - f for r, f in zip(released, free)]
-        other = nri.place(policy, empty.step, released, instances,
-                          None if unlent is None else tuple(u + e for u, e in zip(unlent, extra)))
+        settled = ledger.without_leaving()
+        other = nri.place(policy, empty.step, settled.free(), settled.instances,
+                          settled.unlent_free() if unlent is not None else None)
         if not isinstance(other, nri.Plan) or other.per_numa != placed.per_numa:
             instead = tuple(n for n, _ in other.per_numa) if isinstance(other, nri.Plan) and \
                 len(other.per_numa) == span else ()

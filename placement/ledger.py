@@ -563,18 +563,10 @@ class NodeLedger:
         with the fewest."""
         return self._instances
 
-    def without_leaving(self) -> tuple[tuple[int, ...], dict[str, int]]:
-        """Free cores per NUMA node and balloons per type as the plugin may already count them: without the holdings
-        of terminating pods, whose containers the kubelet may have removed before their objects are gone."""
-        free = list(self.free())
-        instances = dict(self._instances)
-        for holding in self.holdings.values():
-            if holding.leaving:
-                for numa, cores in holding.per_numa:
-                    free[numa] += cores
-                for name in holding.types:
-                    instances[name] -= 1
-        return tuple(free), instances
+    def without_leaving(self) -> NodeLedger:
+        """This node as the plugin may already see it: without the holdings of terminating pods, whose containers the
+        kubelet may have removed before their objects are gone."""
+        return self.scratch(evicted={h.uid for h in self.holdings.values() if h.leaving})
 
     def leaving_key(self) -> tuple[Any, ...]:
         """What `without_leaving` takes away, for keys of what `fit` reads: () while no pod is terminating."""
@@ -585,8 +577,10 @@ class NodeLedger:
     def scratch(self, without: ModelIdentity | None = None, evicted: Container[str] = ()) -> NodeLedger:
         """A copy to simulate on, without the pods of `without` (a model's own pods are being replaced) and
         without the holdings of the pods `evicted` (uids: what a preemption would free)."""
+        # Its own stamps (the default), not the cluster's: simulating on a copy changes nothing derived from the
+        # cluster's ledgers (the extender's verdicts, the waiting pods' retry).
         copy = NodeLedger(self.name, self.topology, self.reserved, self.reserved_source, self.labels, self.nri,
-                          stamps=self.stamps, observed_shared=self.observed_shared,
+                          observed_shared=self.observed_shared,
                           observed_idle_lent=self.observed_idle_lent, numa_memory=self.numa_memory)
         for holding in self.holdings.values():
             if (without is None or holding.identity != without) and holding.uid not in evicted:
