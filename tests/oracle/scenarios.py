@@ -183,8 +183,9 @@ class Node:
         pod, run = self.pods[name]
         self.plugin.remove_pod(run.pod)
         self.left.add(name)
-        self.cluster.apply("Pod", "MODIFIED", {**pod, "metadata": {**pod["metadata"],
-                                                                   "deletionTimestamp": "2026-12-06T05:06:36Z"}})
+        pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-12-06T05:06:36Z"}}
+        self.pods[name] = (pod, run)  # as a relist would show it
+        self.cluster.apply("Pod", "MODIFIED", pod)
 
     def rebuilt(self, annotated: bool = True, nrt: dict[str, Any] | None = None) -> ClusterState:
         """A ledger rebuilt from a list of what runs (as after a relist, a restart or a failover), with or without

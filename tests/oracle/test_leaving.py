@@ -8,7 +8,7 @@ cores: a balloon is admitted there only where both forecasts agree, and held whe
 from __future__ import annotations
 
 from tests.oracle.peer import BalloonsPeer
-from tests.oracle.scenarios import NODE, Group, Node, policy_spec
+from tests.oracle.scenarios import NODE, Group, Node, exported_nrt, policy_spec
 from tests.oracle.sysfs import NodeShape
 
 # 4 NUMA nodes of 16 cores on 2 packages, SMT off; seed 2 draws the `siblings` profile: one reserved core per NUMA
@@ -34,6 +34,12 @@ def test_a_pod_whose_containers_are_gone_does_not_steer_the_next_balloon() -> No
         # The ledger cannot know whether the terminating pod's balloon is still there: it refuses, until it is gone.
         assert (fit.check, fit.resolvable) == ("pod-terminating", True), (fit.check, fit.per_numa)
         assert "after which it would put this one on no NUMA node per rank, not on NUMA node 0" in fit.reason
+        # The same from a ledger rebuilt from a list (a relist, a restart, a standby extender), with and without the
+        # plugin's export.
+        for rebuilt in (node.rebuilt(), node.rebuilt(nrt=exported_nrt(plugin)),
+                        node.rebuilt(nrt=exported_nrt(plugin, containers=False))):
+            fit, got = node.add_model("d", 1, 8, cluster=rebuilt)
+            assert len(got) == 2 and fit.check == "pod-terminating", (fit.check, fit.per_numa, got)
         node.delete("leaving")  # gone from the list too: the ledger counts what the plugin counts again
         ledger = node.cluster.ledger(NODE)
         assert ledger is not None and ledger.unsettled == 0 and node.free() == ((10, 2, 2, 6), (10, 2, 2, 6))
