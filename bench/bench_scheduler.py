@@ -185,13 +185,11 @@ def start_null_extenders(cluster: Cluster) -> dict[str, int]:
         "null-extender", [str(build("nullextender")), f"--listen=127.0.0.1:{ports['null']}", *tls],
         cluster.logs / "null-extender.log").start()
     if cluster.scheme("extender") == "http":
-        cluster.components["pynull-extender"] = Component(
-            "pynull-extender", [sys.executable, str(Path(__file__).with_name("null_extender.py")),
-                                f"--listen=127.0.0.1:{ports['pynull']}"], cluster.logs / "pynull-extender.log").start()
-        cluster.components["pybind-extender"] = Component(
-            "pybind-extender", [sys.executable, str(Path(__file__).with_name("null_extender.py")),
-                                f"--listen=127.0.0.1:{ports['pybind']}", f"--kubeconfig={cluster.admin_kubeconfig}"],
-            cluster.logs / "pybind-extender.log").start()
+        for arm, extra in (("pynull", []), ("pybind", [f"--kubeconfig={cluster.admin_kubeconfig}"])):
+            name = f"{arm}-extender"
+            cluster.components[name] = Component(
+                name, [sys.executable, str(Path(__file__).with_name("null_extender.py")),
+                       f"--listen=127.0.0.1:{ports[arm]}", *extra], cluster.logs / f"{name}.log").start()
     return ports
 
 
