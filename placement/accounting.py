@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from placement import fit as fitmod
+from placement import kubelet as kub
+from placement import kubeletnode, reasons
 from placement import nri as nrimod
-from placement import reasons
 from placement.balloonspolicy import BalloonsPolicy
 from placement.demand import ModelDemand
 from placement.ledger import Holding, NodeLedger, NodeNRI, Placed, Stamps
@@ -53,6 +54,8 @@ class Record(Protocol):
     def leaving(self) -> bool: ...
     @property
     def created(self) -> str: ...
+    @property
+    def kpod(self) -> kub.KPod | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,11 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
             unclaimed: dict[str, tuple[tuple[int, int], ...]] | None = None) -> None:
     """Hold what pod `rec` takes on its node's ledger: where the plugin's export shows it, else where its persisted
     placement says, else a balloon of its type no other pod claims, else wherever it could be (unknown)."""
+    if ledger.kubelet is not None:
+        account_kubelet(ledger, rec, log)
+        if rec.leaving:
+            ledger.mark_leaving(rec.uid)
+        return
     demand = rec.model
     balloon = balloon_of(ledger, rec.namespace)
     if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
@@ -286,3 +294,73 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
         ledger.observe_shared(tuple(extra))
     return ledger
 
+
+
+def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> None:
+    """Hold what pod `rec` takes on a kubelet-static node: its containers' CPUs where its persisted placement says,
+    else where the kubelet would put it now (a guess: the kubelet's choice depends on the order pods came in);
+    every pod counts, for a Guaranteed one's exclusive CPUs and for the resource predicate's sums."""
+    node, state, kpod = ledger.kubelet, ledger.kstate, rec.kpod
+    if node is None or state is None or kpod is None:
+        return
+    requested = (kpod.cpu_milli, kpod.memory)
+    placed = rec.placed
+    known = placed is not None and placed.node == ledger.name and bool(placed.cpus)
+    if known and placed is not None:
+        cpus = {name: kub.mask_of(c) for name, c in placed.cpus}
+        after = kub.place_known(state, rec.uid, cpus, requested)
+    else:
+        answer = kub.admit(node, state, kpod)
+        if isinstance(answer, kub.Admitted):
+            cpus, after = dict(answer.cpus), answer.state
+        else:
+            # It runs although the kubelet, as we know the node, would refuse it: our view of the node is off.
+            # Its CPUs are charged wherever they are free, so nothing admitted next counts on them.
+            cpus = {}
+            pool = kub.available(node, state)
+            for c in kpod.containers:
+                got = kub.take_packed(node.machine, pool, c.cpus) if c.cpus and not kpod.pod_level else None
+                if got:
+                    cpus[c.name] = got
+                    pool &= ~got
+            after = kub.place_known(state, rec.uid, cpus, requested)
+            log.warning("pod runs where the kubelet, as modelled, would reject it", extra={
+                "pod": f"{rec.namespace}/{rec.name}", "node": ledger.name, "reason": answer.message})
+    demand = rec.model
+    if demand is None:
+        ledger.kubelet_put(after)
+        return
+    held = 0
+    for mask in cpus.values():
+        held |= mask
+    tpc = ledger.threads_per_core
+    per_numa = tuple((i, -(-n // tpc)) for i, n in enumerate(node.machine.per_numa(held)) if n)
+    ledger.kubelet_put(after, Holding(rec.uid, demand.pod, demand.identity, None, per_numa, rec.assumed_at,
+                                      unknown=not known and bool(held)))
+
+
+def build_kubelet_ledger(name: str, labels: Mapping[str, str], topo: Topology, node: kub.KubeletNode,
+                         nrt: Mapping[str, Any] | None, numa_memory: tuple[int, ...], records: Iterable[Record],
+                         stamps: Stamps, log: Log) -> NodeLedger:
+    """A kubelet-static node's ledger: its pods of known CPUs first, the others replayed in the order they came;
+    then, where node-feature-discovery publishes fewer free CPUs on a NUMA node than that leaves, the difference is
+    held too (observed beats predicted: pods placed where the replay did not foresee, or unseen)."""
+    ledger = NodeLedger(name, topo, kub.cpuset(node.reserved), f"kubelet ({node.config.source})", labels,
+                        NodeNRI(None, None), stamps=stamps, numa_memory=numa_memory, kubelet=node)
+    for rec in sorted(records, key=lambda r: (not (r.placed and r.placed.cpus), r.created, r.namespace, r.name)):
+        account_kubelet(ledger, rec, log)
+    published = kubeletnode.zone_available(nrt, topo.numa_count)
+    state = ledger.kstate
+    if published is not None and state is not None:
+        unseen = 0
+        avail = kub.available(node, state)
+        for numa, (ours, theirs) in enumerate(zip(kub.free_per_numa(node, state), published)):
+            if theirs < ours:
+                unseen |= kub.take_packed(node.machine, avail & node.machine.numa[numa], ours - theirs) or 0
+        if unseen:
+            ledger.kubelet_put(kub.place_known(state, UNSEEN, {"": unseen}, (0, 0)))
+    return ledger
+
+
+# The CPUs node-feature-discovery reports taken that no pod the ledger knows of holds.
+UNSEEN = "nodeResourceTopology:unseen"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from placement import fit as fitmod
-from placement.accounting import Log, account, build_ledger
+from placement.accounting import Log, account, build_kubelet_ledger, build_ledger
 from placement.balloonspolicy import BalloonsPolicy, parse_balloons_policy, policy_for_node
 from placement.config import Settings
 from placement.demand import (
@@ -26,6 +26,8 @@ from placement.demand import (
     read_model_pod,
 )
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
+from placement.kubelet import KPod, NodeError, kubelet_pod
+from placement.kubeletnode import is_kubelet_static, kubelet_node
 from placement.ledger import PLACEMENT, NodeLedger, Placed, Stamps
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
@@ -60,6 +62,7 @@ class NodeInfo:
     unschedulable: bool
     capacity_memory: str | None = None
     taints: tuple[Taint, ...] = ()  # the NoSchedule and NoExecute ones
+    allocatable_cpu: str | None = None  # capacity less what the kubelet reserves
 
 
 def pod_priority(spec: Mapping[str, Any]) -> int:
@@ -89,6 +92,7 @@ class PodRecord(NamedTuple):
     placed: Placed | None = None  # where our /bind put it (the pod's PLACEMENT annotation, or our own decision)
     # deletionTimestamp set: it holds its cores until it is gone, and its replacement may have them
     leaving: bool = False
+    kpod: KPod | None = None  # the pod as the kubelet reads it: what it takes on a kubelet-static node
 
     @property
     def active(self) -> bool:
@@ -107,6 +111,7 @@ def _slim_node(obj: Mapping[str, Any]) -> NodeInfo:
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
         capacity_memory=None if memory is None else str(memory),
         taints=node_taints(obj.get("spec") or {}),
+        allocatable_cpu=None if (alloc := (status.get("allocatable") or {}).get("cpu")) is None else str(alloc),
     )
 
 
@@ -159,7 +164,10 @@ def _slim_nrt(obj: Mapping[str, Any]) -> dict[str, Any]:
                 balloons[name] = cpuset
         elif kind == CONTAINER_ZONE and zone.get("parent"):
             containers[name] = str(zone["parent"])
-    return {"zones": zones, "balloons": balloons, "containers": containers}
+    attributes = {str(a.get("name")): str(a.get("value")) for a in obj.get("attributes") or ()
+                  if isinstance(a, Mapping) and a.get("name")}
+    return {"zones": zones, "balloons": balloons, "containers": containers, "attributes": attributes,
+            "topologyPolicies": [str(p) for p in obj.get("topologyPolicies") or ()]}
 
 
 def _carried(old: PodRecord, new: PodRecord) -> PodRecord:
@@ -313,7 +321,7 @@ class ClusterState:
             else pod_shared_cpu_milli(spec, model.container if model is not None else None, initializing(obj)),
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
             pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
-            placed, bool(meta.get("deletionTimestamp")),
+            placed, bool(meta.get("deletionTimestamp")), kubelet_pod(str(uid), spec),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------
@@ -409,11 +417,23 @@ class ClusterState:
         if topo.source == "single-numa":
             self._note(note)
         policy = policy_for_node(self.node_policies(), name, node.labels)
-        reserved, source = self._reserved(node, topo, policy)
+        nrt = self.nrts.get(name)
+        memory = numa_memory(node, nrt, topo.numa_count)
         records = [self.pods[u] for u in self._pods_on.get(name, ()) if u in self.pods]
-        return build_ledger(name, node.labels, topo, (reserved, source), policy, self.nrts.get(name),
-                            numa_memory(node, self.nrts.get(name), topo.numa_count), records, self.stamps, self.fit,
-                            self.log)
+        if is_kubelet_static(self.settings, node.labels, policy is not None):
+            try:
+                kubelet = kubelet_node(self.settings, node.labels, topo, nrt, memory, node.capacity_cpu,
+                                       node.allocatable_cpu)
+            except NodeError as exc:
+                self._note(f"node {name}: its kubelet would not start with these settings ({exc}); "
+                           "no pod is placed there")
+            else:
+                return build_kubelet_ledger(name, node.labels, topo, kubelet, nrt, memory, records, self.stamps,
+                                            self.log)
+            policy = None
+        reserved, source = self._reserved(node, topo, policy)
+        return build_ledger(name, node.labels, topo, (reserved, source), policy, nrt, memory, records, self.stamps,
+                            self.fit, self.log)
 
     def ledger(self, name: str) -> NodeLedger | None:
         ledger = self._ledgers.get(name)

@@ -20,6 +20,9 @@ Preflight = Literal["enforce", "warn", "skip"]
 Profile = Literal["siblings", "minimal", "standard", "observability", "full"]
 ScoringStrategy = Literal["MostAllocated", "LeastAllocated", "BalancedAllocation"]
 CpuRequest = Literal["cores", "cpus"]
+TopologyPolicy = Literal["none", "best-effort", "restricted", "single-numa-node"]
+TopologyScope = Literal["container", "pod"]
+MemoryPolicy = Literal["None", "Static"]
 
 CPU_POLICIES: tuple[str, ...] = get_args(CpuPolicy)
 PREFLIGHT_MODES: tuple[str, ...] = get_args(Preflight)
@@ -27,6 +30,50 @@ PREFLIGHT_MODES: tuple[str, ...] = get_args(Preflight)
 
 class ConfigError(ValueError):
     """An invalid setting: names the key, the value and what is allowed."""
+
+
+class KubeletGroup(BaseModel):
+    """A group of kubelet-static nodes and what no object announces about their kubelets (docs/configuration.md).
+    The Topology Manager policy and scope are read from each node's NodeResourceTopology where it has one; these
+    apply where it does not."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    node_selector: dict[str, str] = Field(default_factory=dict)  # labels a node must carry; empty: every node
+    cpu_manager_policy_options: tuple[str, ...] = ("full-pcpus-only",)
+    topology_manager_policy: TopologyPolicy = "single-numa-node"
+    topology_manager_scope: TopologyScope = "pod"
+    topology_manager_policy_options: tuple[Literal["prefer-closest-numa-nodes"], ...] = ()
+    reserved_system_cpus: str = ""  # the kubelet's reservedSystemCPUs; empty: from the node's allocatable CPUs
+    memory_manager_policy: MemoryPolicy = "None"
+    reserved_memory: tuple[str, ...] = ()  # Static: per NUMA node, in order
+    packages: int | None = Field(default=None, ge=1, le=8)  # sockets; None: from the NUMA distances
+
+    @field_validator("cpu_manager_policy_options")
+    @classmethod
+    def _options(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        known = ("full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation")
+        unknown = [v for v in value if v not in known]
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: the placement model follows only {', '.join(known)}")
+        return value
+
+    @field_validator("reserved_system_cpus")
+    @classmethod
+    def _cpuset(cls, value: str) -> str:
+        CPUSet.parse(value)
+        return value
+
+    @field_validator("reserved_memory")
+    @classmethod
+    def _memory(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for v in value:
+            memory_bytes(v)
+        return value
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.node_selector.items())
 
 
 class Settings(BaseModel):
@@ -62,6 +109,8 @@ class Settings(BaseModel):
     native_sidecar_memory: str = "128Mi"
     # An assumed pod (bound by us, not yet seen bound by the watch) is dropped after this long.
     assume_ttl_seconds: float = Field(default=30.0, gt=0)
+    # kubelet-static node groups, first match wins; a node no group selects gets the defaults of KubeletGroup.
+    kubelet_node_groups: tuple[KubeletGroup, ...] = ()
 
     @field_validator("native_sidecar_cpu", "native_sidecar_memory")
     @classmethod

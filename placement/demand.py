@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from placement.config import CPU_POLICIES, PREFLIGHT_MODES, Settings
+from placement.kubelet import KPod, kubelet_pod
 from placement.quantity import QuantityError, cpu_milli, format_cpu, memory_bytes
 
 # Inputs a user may set.
@@ -101,6 +102,8 @@ class ModelDemand:
     # namespace routes them to, which grows into free cores for them.
     shared_milli: int = 0
     namespace: str = ""
+    # The pod as the kubelet reads it (every container's exclusive CPUs): what kubelet-static nodes admit or reject.
+    kpod: KPod | None = None
 
     @property
     def requested_cpu(self) -> str:
@@ -392,6 +395,7 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
         requested_milli=requested_milli,
         shared_milli=pod_shared_cpu_milli(spec, name),
         namespace=str(meta.get("namespace") or namespace),
+        kpod=kubelet_pod("", spec),
     )
 
 

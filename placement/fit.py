@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from placement import kubelet as kub
 from placement import nri, reasons
 from placement.balloonspolicy import BalloonsPolicy, BalloonType
 from placement.demand import OUT_REQUESTED, ModelDemand, round_up
 from placement.ledger import Holding, NodeLedger
 from placement.quantity import QuantityError, cpu_milli
+from placement.topology import CPUSet
 
 EXCLUSIVE_POLICIES = ("nri-balloons", "kubelet-static")
 
@@ -60,6 +62,8 @@ class Fit(NamedTuple):
     # The node holds a pod of unknown placement: `per_numa` is a guess (it fits wherever the plugin puts it), so it
     # will be held as unknown too.
     unknown: bool = False
+    admitted: kub.Admitted | None = None  # kubelet-static: what the kubelet gives each container, and its state after
+    split: bool = False  # kubelet-static: the model's CPUs span more NUMA nodes than it has ranks
 
     @property
     def ok(self) -> bool:
@@ -252,10 +256,9 @@ def _fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strateg
     fp = _footprint(policy, demand.cpus, ledger.threads_per_core, threads_per_core)
     if fp.exclusive and fp.cores == 0:
         return _refuse(node, reasons.NoCpu(), False, fp)
-    free = ledger.free()
     if policy == "kubelet-static":
-        return _fit_static(ledger, node, fp, free, strategy)
-    return _fit_shared(ledger, node, fp, free, strategy)
+        return _fit_kubelet(demand, ledger, node, fp, strategy)
+    return _fit_shared(ledger, node, fp, ledger.free(), strategy)
 
 
 def _nri_refusal(demand: ModelDemand, ledger: NodeLedger, node: str) -> Fit:
@@ -420,25 +423,62 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     return Fit(node, None, True, placed.per_numa, score, fp, placed.types, memory, ledger.unsettled > 0)
 
 
-def _fit_static(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
-    if fp.cores > ledger.capacity_total:
-        return _refuse(node, reasons.StaticExceedsNode(fp, ledger.capacity_total), False, fp)
-    if fp.cores > sum(free):
-        return _refuse(node, reasons.CoresTaken(fp), True, fp)
-    # Topology Manager keeps it on one NUMA node when one can hold it; else the fewest NUMA nodes.
-    remaining = fp.cores
-    chosen: list[tuple[int, int]] = []
-    for i in _most_free(free, len(free)):
-        if remaining == 0:
-            break
-        take = min(free[i], remaining)
-        chosen.append((i, take))
-        remaining -= take
-    after = list(free)
-    for i, cores in chosen:
-        after[i] -= cores
-    return Fit(node, None, True, tuple(sorted(chosen)), _score(ledger, after, strategy), fp,
-               unknown=ledger.unsettled > 0)
+@lru_cache(maxsize=4096)
+def _kubelet_on_empty(node: kub.KubeletNode, pod: kub.KPod) -> kub.Admitted | kub.Rejected:
+    # Memoised: a fleet has a few shapes and kubelet settings, and the refusals no eviction changes are theirs.
+    return kub.admit(node, kub.new_state(node), pod)
+
+
+def _not_pinned(pod: kub.KPod | None, container: str) -> str | None:
+    """Why the kubelet pins no CPU for the model container; None when it does."""
+    if pod is None:
+        return "the pod was not read"
+    if pod.pod_level:
+        return "the pod sets pod-level resources (spec.resources), which switch CPU pinning off"
+    if not pod.guaranteed:
+        return "the pod is not Guaranteed (every container needs cpu and memory requests equal to its limits)"
+    if not any(c.name == container and c.cpus for c in pod.containers):
+        return "its CPU request is not a whole number"
+    return None
+
+
+def _kubelet_detail(demand: ModelDemand, ledger: NodeLedger, node: kub.KubeletNode, state: kub.KState,
+                    answer: kub.Rejected, empty: bool) -> str:
+    m = node.machine
+    total = [(mask & ~node.reserved).bit_count() for mask in m.numa]
+    if empty:
+        return f"{demand.cpus} CPUs; the largest NUMA node holds {max(total)} (nodes of this shape, even empty)"
+    free = kub.free_per_numa(node, state)
+    return f"{demand.cpus} CPUs asked; free " + ", ".join(f"NUMA {i}: {f} of {t}" for i, (f, t) in
+                                                         enumerate(zip(free, total)))
+
+
+def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footprint, strategy: str) -> Fit:
+    node, state = ledger.kubelet, ledger.kstate
+    if node is None or state is None:
+        return _refuse(name, reasons.NotKubeletNode(), False, fp)
+    pod = demand.kpod
+    why = _not_pinned(pod, demand.container)
+    if why is not None or pod is None:
+        return _refuse(name, reasons.NotPinned(why or ""), False, fp)
+    empty = _kubelet_on_empty(node, pod)
+    answer = empty if isinstance(empty, kub.Rejected) else kub.admit(node, state, pod)
+    if isinstance(answer, kub.Rejected):
+        never = answer is empty
+        detail = _kubelet_detail(demand, ledger, node, state, answer, never)
+        why_not = reasons.KubeletRejects(answer.reason, answer.message.removeprefix("Pod was rejected: "),
+                                         node.config.describe(), detail)
+        return _refuse(name, why_not, not never, fp)
+    model = answer.cpus.get(demand.container, 0)
+    m = node.machine
+    per_cpus = m.per_numa(model)
+    span = sum(1 for n in per_cpus if n)
+    tpc = ledger.threads_per_core
+    per_numa = tuple((i, -(-n // tpc)) for i, n in enumerate(per_cpus) if n)
+    split = span > demand.numa_nodes
+    # A placement the kubelet splits over more NUMA nodes than the model has ranks ranks below every local one.
+    score = 0 if split else max(1, _score(ledger, list(kub.free_cores(node, answer.state)), strategy))
+    return Fit(name, None, True, per_numa, score, fp, admitted=answer, split=split)
 
 
 def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
@@ -446,6 +486,13 @@ def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, .
     if fp.cpus > headroom:
         return _refuse(node, reasons.PoolTaken(fp), True, fp)
     return Fit(node, None, True, (), _score(ledger, list(free), strategy), fp)
+
+
+def placed_cpus(result: Fit) -> tuple[tuple[str, CPUSet], ...]:
+    """kubelet-static: each container's exclusive CPUs as the kubelet will give them, for the persisted placement."""
+    if result.admitted is None:
+        return ()
+    return tuple(sorted((name, kub.cpuset(mask)) for name, mask in result.admitted.cpus.items()))
 
 
 def holding_for(uid: str, demand: ModelDemand, result: Fit, numa_count: int, assumed_at: float | None = None
@@ -473,7 +520,10 @@ def place(ledger: NodeLedger, uid: str, demand: ModelDemand, threads_per_core: i
     result = fit(demand, ledger, threads_per_core, strategy)
     if not result.ok:
         return result
-    if result.footprint is not None and not result.footprint.exclusive:
+    if result.admitted is not None:
+        held = holding_for(uid, demand, result, ledger.topology.numa_count, assumed_at)
+        ledger.kubelet_put(kub.rekey(result.admitted.state, demand.kpod.uid if demand.kpod else "", uid), held)
+    elif result.footprint is not None and not result.footprint.exclusive:
         ledger.set_shared(uid, demand.cpu_milli, balloon)
     else:
         ledger.hold(holding_for(uid, demand, result, ledger.topology.numa_count, assumed_at))

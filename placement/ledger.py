@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from placement import inflation
+from placement import kubelet as kub
 from placement.balloonspolicy import RESERVED_TYPE, BalloonsPolicy, BalloonType
 from placement.demand import ModelIdentity
 from placement.topology import CPUSet, Topology
@@ -63,20 +64,25 @@ PLACEMENT = "cpu-policy.model-manager.io/placement"
 
 class Placed(NamedTuple):
     """Where a model pod was put on its node, as decided at /bind and persisted on the pod (`PLACEMENT`): the
-    balloons plugin's placement depends on the order of creates and deletes, which no pod list carries, so a
-    rebuilt ledger reads this instead of replaying the list."""
+    node agent's placement depends on the order of creates and deletes, which no pod list carries, so a rebuilt
+    ledger reads this instead of replaying the list."""
 
     node: str
     per_numa: tuple[tuple[int, int], ...]  # (NUMA node id, cores)
     types: tuple[str, ...]  # every balloon type instantiated: what balance-balloons counts
+    # kubelet-static: each container's exclusive CPUs, as the kubelet's CPU Manager takes them
+    cpus: tuple[tuple[str, CPUSet], ...] = ()
 
     @property
     def cores(self) -> int:
         return sum(c for _, c in self.per_numa)
 
     def annotation(self) -> str:
-        return orjson.dumps({"node": self.node, "numa": {str(n): c for n, c in self.per_numa},
-                             "types": list(self.types)}).decode()
+        raw: dict[str, object] = {"node": self.node, "numa": {str(n): c for n, c in self.per_numa},
+                                  "types": list(self.types)}
+        if self.cpus:
+            raw["cpus"] = {name: str(cpus) for name, cpus in self.cpus}
+        return orjson.dumps(raw).decode()
 
     @classmethod
     def parse(cls, text: object) -> Placed | None:
@@ -87,12 +93,13 @@ class Placed(NamedTuple):
             raw = orjson.loads(text)
             node, numa, types = raw["node"], raw["numa"], raw["types"]
             per_numa = tuple(sorted((int(n), c) for n, c in numa.items()))
+            cpus = tuple(sorted((str(name), CPUSet.parse(value)) for name, value in (raw.get("cpus") or {}).items()))
         except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
             return None
         if not isinstance(node, str) or not isinstance(types, list) or not all(isinstance(t, str) for t in types) \
                 or not all(n >= 0 and type(c) is int and c >= 0 for n, c in per_numa):
             return None
-        return cls(node, per_numa, tuple(types))
+        return cls(node, per_numa, tuple(types), cpus)
 
 
 class Stamps:
@@ -206,6 +213,10 @@ class NodeLedger:
     _kept_cpus: int = field(init=False)
     unsettled: int = field(init=False, default=0)  # holdings of unknown placement: no NUMA choice can be foreseen
     leaving: int = field(init=False, default=0)  # holdings of terminating pods
+    # A node the kubelet's static CPU Manager pins: its machine and settings, and the CPU Manager's state, which
+    # decides what it admits next (which CPUs are free, not only how many).
+    kubelet: kub.KubeletNode | None = None
+    kstate: kub.KState | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         policy = self.nri.policy
@@ -222,6 +233,8 @@ class NodeLedger:
         self.capacity_total = sum(self.capacity)
         self.shared_pool_cpus = len(self.topology.cpus) - self.capacity_total * self.topology.threads_per_core
         self._avail = list(self.capacity)
+        if self.kubelet is not None:
+            self.kstate = kub.new_state(self.kubelet)
         self._mem_avail = list(self.numa_memory) or [0] * self.topology.numa_count
         self.memory_total = sum(self.numa_memory)
         self.stamps.take(self.name)
@@ -259,8 +272,24 @@ class NodeLedger:
         """Free model cores per NUMA node."""
         if self._free is None:
             self.guessed = self._lent_held = ()
-            self._free = self._spill_elastic(self._avail)
+            self._free = self._spill_elastic(self._avail) if self.kstate is None or self.kubelet is None \
+                else kub.free_cores(self.kubelet, self.kstate)
         return self._free
+
+    def kubelet_put(self, state: kub.KState, holding: Holding | None = None) -> None:
+        """The kubelet's state after it admitted a pod here (`kubelet.admit`, or a pod of known CPUs), and the
+        model pod's holding when it is one."""
+        self.kstate = state
+        if holding is not None:
+            self._add(holding)
+        self._free = None
+        self.stamps.take(self.name)
+
+    def _kubelet_remove(self, uid: str) -> None:
+        if self.kubelet is not None and self.kstate is not None and uid in self.kstate.requested:
+            self.kstate = kub.remove(self.kstate, uid)
+            self._free = None
+            self.stamps.take(self.name)
 
     def unlent_free(self) -> tuple[int, ...]:
         """Free model cores per NUMA node that are not reserved cores the policy lends: every other balloon takes
@@ -464,7 +493,9 @@ class NodeLedger:
         """The pod of holding `uid` is terminating (see `Holding.leaving`)."""
         holding = self.holdings.get(uid)
         if holding is not None and not holding.leaving:
+            state = self.kstate  # the kubelet holds its CPUs until the pod is gone
             self.release(uid)
+            self.kstate = state
             self._add(replace(holding, leaving=True))
 
     def force_hold(self, holding: Holding) -> None:
@@ -482,6 +513,7 @@ class NodeLedger:
         self._add(replace(holding, per_numa=tuple(placed), shortfall=holding.shortfall + short))
 
     def release(self, uid: str) -> Holding | None:
+        self._kubelet_remove(uid)
         holding = self.holdings.pop(uid, None)
         if holding is None:
             return None
@@ -524,6 +556,7 @@ class NodeLedger:
         self.stamps.take(self.name)
 
     def drop_shared(self, uid: str) -> None:
+        self._kubelet_remove(uid)
         was = self._unshare(uid)
         if was is not None:
             self._resize_shared(was)
@@ -581,10 +614,19 @@ class NodeLedger:
         # cluster's ledgers (the extender's verdicts, the waiting pods' retry).
         copy = NodeLedger(self.name, self.topology, self.reserved, self.reserved_source, self.labels, self.nri,
                           observed_shared=self.observed_shared,
-                          observed_idle_lent=self.observed_idle_lent, numa_memory=self.numa_memory)
+                          observed_idle_lent=self.observed_idle_lent, numa_memory=self.numa_memory,
+                          kubelet=self.kubelet)
+        gone: list[str] = []
         for holding in self.holdings.values():
             if (without is None or holding.identity != without) and holding.uid not in evicted:
                 copy._add(holding)
+            else:
+                gone.append(holding.uid)
+        if self.kstate is not None:
+            state = self.kstate
+            for uid in gone:
+                state = kub.remove(state, uid)
+            copy.kstate = state
         # The shared balloons as they are: re-adding their pods would resize them from what is free in the copy.
         copy.shared, copy._shared_total = dict(self.shared), self._shared_total
         copy._shared_by_type, copy._shared_count = dict(self._shared_by_type), dict(self._shared_count)
@@ -593,6 +635,14 @@ class NodeLedger:
         return copy
 
     # -- views -------------------------------------------------------------------------------------
+
+    def agent(self) -> str:
+        """Who pins CPUs here, and how: what messages, `render` and `report` name the node's policy by."""
+        if self.kubelet is not None:
+            cfg = self.kubelet.config
+            return f"kubelet: {cfg.describe()} ({cfg.source})"
+        policy = self.nri.policy
+        return f"NRI balloons: {policy.namespace}/{policy.name}" if policy is not None else "no CPU pinning agent"
 
     def to_json(self) -> dict[str, object]:
         free = self.free()

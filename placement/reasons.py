@@ -38,6 +38,9 @@ PLACEMENT_UNKNOWN = "placement-unknown"
 RESERVED_LENT = "reserved-cpus-lent"
 SHARED_UNSEEN = "shared-balloons-unseen"
 POD_LEAVING = "pod-terminating"
+KUBELET_REJECTS = "kubelet-rejects"
+NOT_KUBELET_NODE = "not-kubelet-static-node"
+NOT_PINNED = "kubelet-pins-nothing"
 UNKNOWN_NODE = "unknown-node"
 ALREADY_BOUND = "already-bound"
 
@@ -223,6 +226,42 @@ class StaticExceedsNode(NamedTuple):
         return f"needs {self.footprint.describe()}; nodes of this shape have {self.cores} model cores even when empty"
 
 
+class NotKubeletNode(NamedTuple):
+    """A kubelet-static pod offered a node whose CPUs the NRI balloons plugin pins."""
+
+    check: str = NOT_KUBELET_NODE
+
+    def text(self) -> str:
+        return ("kubelet-static pod, but the NRI balloons plugin pins CPUs on these nodes (set "
+                "model-manager.io/cpu-policy: nri-balloons, or schedule it to a kubelet-static node group)")
+
+
+class NotPinned(NamedTuple):
+    """The kubelet gives the model container no exclusive CPU."""
+
+    why: str
+
+    check: str = NOT_PINNED
+
+    def text(self) -> str:
+        return f"the kubelet's static CPU Manager pins no CPU for the model container: {self.why}"
+
+
+class KubeletRejects(NamedTuple):
+    """What the node's kubelet would answer: the pod Failed with this Reason (a controller then replaces it, and
+    the replacement lands here again)."""
+
+    reason: str  # TopologyAffinityError, SMTAlignmentError, UnexpectedAdmissionError, OutOfcpu
+    message: str  # the kubelet's own, without "Pod was rejected: "
+    config: str  # the node's Topology Manager policy and scope
+    detail: str  # what was asked and what is free, per NUMA node
+
+    check: str = KUBELET_REJECTS
+
+    def text(self) -> str:
+        return f"the kubelet ({self.config}) would reject the pod with {self.reason}: {self.detail}"
+
+
 # What the pods on the node decide: evicting some could make room.
 
 class MaxBalloons(NamedTuple):
@@ -384,7 +423,7 @@ Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
           | MemoryExceedsNuma | TypeSpansFewer | StaticExceedsNode | MaxBalloons | SharesBalloon | RanksCrowded
           | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | SidecarsNoRoom | NoFreeMemory | CoresTaken
-          | PoolTaken | Unsettled | UnknownNode | AlreadyBound)
+          | PoolTaken | Unsettled | UnknownNode | AlreadyBound | NotKubeletNode | NotPinned | KubeletRejects)
 
 
 def fmt_bytes(value: int) -> str:

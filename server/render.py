@@ -18,6 +18,7 @@ from extender.filter import Judge, filter_nodes
 from extender.score import prioritize
 from placement.admission import WORKLOAD_KINDS, NotAdmissible, subject_of
 from placement.cluster import ClusterState
+from placement.fit import placed_cpus
 from placement.mutation import mutate_pod
 from server.inputs import plural
 from webhook.patch import apply_patch
@@ -141,14 +142,22 @@ def _nodes(pod: Mapping[str, Any], state: ClusterState) -> dict[str, Any]:
         ledger = state.ledger(name)
         fit = state.fit(ref.demand, ledger) if ledger is not None else None
         ranking.append({"node": name, "score": scores[name],
-                        "numa_cores": {str(n): c for n, c in fit.per_numa} if fit is not None else {}})
+                        "numa_cores": {str(n): c for n, c in fit.per_numa} if fit is not None else {},
+                        "agent": ledger.agent() if ledger is not None else "",
+                        **({"cpus": {c: str(cpus) for c, cpus in placed_cpus(fit)}, "split": fit.split}
+                           if fit is not None and fit.admitted is not None else {})})
     # The extender completes a reason with the most any node refused with it has free (the reason
     # kube-scheduler gets, shown as is); each node's line adds the node's own free cores.
-    filtered = [{"node": n, "list": lst, "reason": why, "free": _free(state, n)}
+    filtered = [{"node": n, "list": lst, "reason": why, "free": _free(state, n), "agent": _agent(state, n)}
                 for lst, reasons in (("FailedNodes", out.failed), ("FailedAndUnresolvableNodes", out.unresolvable))
                 for n, why in reasons.items() if n not in out.ineligible]
     excluded = [{"node": n, "reason": miss.reason} for n, miss in out.ineligible.items()]
     return {"demand": _demand(pod, state), "ranking": ranking, "filtered": filtered, "excluded": excluded}
+
+
+def _agent(state: ClusterState, name: str) -> str:
+    ledger = state.ledger(name)
+    return ledger.agent() if ledger is not None else ""
 
 
 def _free(state: ClusterState, name: str) -> dict[str, int]:
@@ -223,11 +232,14 @@ def print_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
             print("nodes (what the extender answers kube-scheduler, best first):", file=out)
             for i, r in enumerate(entry["ranking"], 1):
                 numa = ", ".join(f"NUMA {n}: {plural(c, 'core')}" for n, c in r["numa_cores"].items())
-                _say(out, f"{i:>2}. {r['node']:<16} score {r['score']:>2}/10  {numa or 'shared pool'}", 2, 21)
+                cpus = "; ".join(f"{c} on CPUs {v}" for c, v in r.get("cpus", {}).items())
+                placed = (numa or "shared pool") + (f" ({cpus})" if cpus else "") + \
+                    (", split over more NUMA nodes than ranks" if r.get("split") else "")
+                _say(out, f"{i:>2}. {r['node']:<16} score {r['score']:>2}/10  {placed}  [{r['agent']}]", 2, 21)
             for f in entry["filtered"]:
                 own = ", ".join(f"NUMA {n}: {c}" for n, c in f["free"].items())
-                _say(out, f" -  {f['node']:<16} {f['list']}: {f['reason']}" + (f" [this node has free: {own} cores]"
-                                                                             if own else ""), 2, 21)
+                _say(out, f" -  {f['node']:<16} {f['list']}: {f['reason']}" + (f" [this node has free: {own} cores; "
+                                                                             f"{f['agent']}]" if own else ""), 2, 21)
             for x in entry["excluded"]:
                 _say(out, f" x  {x['node']:<16} not offered by kube-scheduler: {x['reason']}", 2, 21)
             if entry["excluded"] and not entry["ranking"] and not entry["filtered"]:

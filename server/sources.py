@@ -17,7 +17,7 @@ log = logging.getLogger("model_placement.cli")
 # What a ClusterState reports (an assumed pod bound elsewhere, a node read as one NUMA node, ...).
 cluster_log = logging.getLogger("model_placement.cluster")
 
-DEMO_NOTICE = ("using the bundled demo fleet (7 invented nodes, not your cluster): give --cluster FILE or "
+DEMO_NOTICE = ("using the bundled demo fleet (9 invented nodes, not your cluster): give --cluster FILE or "
                "--kubeconfig FILE to judge against a real one")
 
 

@@ -1,0 +1,942 @@
+"""What the kubelet (v1.35) does with a pod on a node: its static CPU Manager, Topology Manager and Memory Manager.
+
+The rules are the kubelet's own (`pkg/kubelet/cm/cpumanager`, `topologymanager`, `memorymanager` of the release
+pinned in tests/peers; facts in docs/design.md), and `tests/oracle` holds this model to that code, run:
+
+- A container gets exclusive CPUs only when its pod is Guaranteed and its CPU request is whole (a pod with pod-level
+  resources gets none). Init containers first, then app containers, each allocated before the next is looked at.
+- The Topology Manager merges the providers' NUMA hints per container (scope `container`) or once for the whole pod
+  (`pod`). A hint is *preferred* when its NUMA count is the fewest whose total CPUs (reserved and taken included)
+  hold the request: capacity decides, not what is free. `restricted` and `single-numa-node` reject a pod whose best
+  hint is not preferred (`TopologyAffinityError`); `best-effort` admits it and the CPU Manager spills; `none` gives
+  no hint at all. Among preferred hints the narrowest wins, then the lowest NUMA ids.
+- Within (and past) the hint the CPU Manager takes CPUs best-fit: whole free NUMA nodes or sockets, whole free
+  cores, then single threads, always from the fullest NUMA node, socket and core first.
+- `full-pcpus-only` rejects a count that is not a multiple of the SMT width, or more than the free whole cores
+  hold (`SMTAlignmentError`); it never rounds.
+- A regular init container's CPUs stay assigned until the pod ends; the pod's app containers may reuse them.
+
+CPU sets are ints here (bit i = CPU i): the extender asks this of thousands of nodes per pod.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from placement.quantity import QuantityError, cpu_milli, memory_bytes
+from placement.topology import CPUSet, Topology
+
+NONE, BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE = "none", "best-effort", "restricted", "single-numa-node"
+TOPOLOGY_POLICIES = (NONE, BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE)
+CONTAINER, POD = "container", "pod"
+FULL_PCPUS_ONLY = "full-pcpus-only"
+DISTRIBUTE_ACROSS_NUMA = "distribute-cpus-across-numa"
+STRICT_RESERVATION = "strict-cpu-reservation"
+PREFER_CLOSEST = "prefer-closest-numa-nodes"
+# The CPU Manager options this model follows; the kubelet's others are refused in the settings that name them.
+CPU_OPTIONS = (FULL_PCPUS_ONLY, DISTRIBUTE_ACROSS_NUMA, STRICT_RESERVATION)
+
+TOPOLOGY_AFFINITY_ERROR = "TopologyAffinityError"
+SMT_ALIGNMENT_ERROR = "SMTAlignmentError"
+UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
+
+
+def bits(mask: int) -> Iterator[int]:
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def mask_of(ids: Iterable[int]) -> int:
+    out = 0
+    for i in ids:
+        out |= 1 << i
+    return out
+
+
+def cpuset(mask: int) -> CPUSet:
+    return CPUSet.of(bits(mask))
+
+
+# --------------------------------------------------------------------------------------------------
+# The machine as the kubelet's cadvisor sees it
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Machine:
+    """CPUs by NUMA node, socket and core. A core's id is its lowest thread (cadvisor's unique core id)."""
+
+    numa: tuple[int, ...]  # CPUs of NUMA node i
+    numa_socket: tuple[int, ...]  # the socket NUMA node i is on
+    sockets: Mapping[int, int]  # socket id -> its CPUs
+    cores: Mapping[int, int]  # core id -> its CPUs
+    cpu_core: Mapping[int, int]  # CPU -> its core id
+    cpu_numa: Mapping[int, int]  # CPU -> its NUMA node
+    memory: tuple[int, ...]  # bytes of memory on NUMA node i
+    distances: tuple[tuple[int, ...], ...]
+    all: int
+    cpus_per_core: int
+    cpus_per_socket: int
+
+    @property
+    def numa_count(self) -> int:
+        return len(self.numa)
+
+    def numa_mask(self, numa: int) -> int:
+        """The CPUs of the NUMA nodes in bitmask `numa`."""
+        out = 0
+        for i in bits(numa):
+            out |= self.numa[i]
+        return out
+
+    def per_numa(self, cpus: int) -> tuple[int, ...]:
+        return tuple((cpus & m).bit_count() for m in self.numa)
+
+
+@lru_cache(maxsize=256)
+def machine(topology: Topology, packages: int, memory: tuple[int, ...]) -> Machine:
+    """`packages` sockets, NUMA nodes split over them in order (sub-NUMA clustering: several per socket)."""
+    count = topology.numa_count
+    packages = max(1, min(packages, count))
+    numa_socket = tuple(i * packages // count for i in range(count))
+    numa = tuple(mask_of(n.cpus) for n in topology.numa_nodes)
+    sockets: dict[int, int] = {}
+    cores: dict[int, int] = {}
+    cpu_core: dict[int, int] = {}
+    cpu_numa: dict[int, int] = {}
+    for node in topology.numa_nodes:
+        sockets[numa_socket[node.id]] = sockets.get(numa_socket[node.id], 0) | numa[node.id]
+        for core in node.cores:
+            core_id = min(core.threads)
+            cores[core_id] = mask_of(core.threads)
+            for t in core.threads:
+                cpu_core[t], cpu_numa[t] = core_id, node.id
+    distances = tuple(tuple(10 if a == b else 11 if numa_socket[a] == numa_socket[b] else 21 for b in range(count))
+                      for a in range(count))
+    total = sum(len(n.cpus) for n in topology.numa_nodes)
+    return Machine(numa, numa_socket, sockets, cores, cpu_core, cpu_numa,
+                   memory if len(memory) == count else (0,) * count, distances, mask_of(topology.cpus),
+                   total // max(1, len(cores)), total // max(1, len(sockets)))
+
+
+# --------------------------------------------------------------------------------------------------
+# The kubelet's settings on a node
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletConfig:
+    """What decides placement on a node: what its NodeResourceTopology announces (the Topology Manager policy and
+    scope, its reserved CPUs per NUMA node) and what the operator states for its node group (the rest)."""
+
+    topology_policy: str = SINGLE_NUMA_NODE
+    topology_scope: str = POD
+    cpu_options: frozenset[str] = frozenset({FULL_PCPUS_ONLY})
+    reserved_cpus: CPUSet | None = None  # reservedSystemCPUs
+    reserved_count: int = 1  # ceil(systemReserved + kubeReserved cpu) where reservedSystemCPUs is not set
+    memory_policy: str = "None"  # None | Static
+    reserved_memory: tuple[int, ...] = ()  # Static: bytes reserved on NUMA node i
+    prefer_closest: bool = False  # topologyManagerPolicyOptions prefer-closest-numa-nodes
+    source: str = "assumed"  # where the Topology Manager policy and scope came from, for messages
+
+    def describe(self) -> str:
+        return f"Topology Manager {self.topology_policy}, scope {self.topology_scope}"
+
+
+class NodeError(ValueError):
+    """The kubelet would not start with these settings on this machine."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class KubeletNode:
+    """A node's machine and kubelet settings, checked as the kubelet checks them at start."""
+
+    machine: Machine
+    config: KubeletConfig
+    reserved: int
+    reserved_physical: int
+
+    @property
+    def allocatable(self) -> int:
+        return self.machine.all & ~self.reserved
+
+    def option(self, name: str) -> bool:
+        return name in self.config.cpu_options
+
+
+def kubelet_node(mach: Machine, config: KubeletConfig) -> KubeletNode:
+    if config.topology_policy not in TOPOLOGY_POLICIES:
+        raise NodeError(f"unknown Topology Manager policy {config.topology_policy!r}")
+    if config.topology_policy != NONE and mach.numa_count > 8:
+        raise NodeError(f"Topology Manager {config.topology_policy} is unsupported on machines with more than 8 "
+                        f"NUMA nodes ({mach.numa_count})")
+    unknown = sorted(config.cpu_options - set(CPU_OPTIONS))
+    if unknown:
+        raise NodeError(f"CPU Manager option(s) {', '.join(unknown)} not modelled")
+    if config.reserved_cpus is not None and len(config.reserved_cpus):
+        reserved = mask_of(config.reserved_cpus) & mach.all
+        if reserved.bit_count() != len(config.reserved_cpus):
+            raise NodeError(f"reservedSystemCPUs {config.reserved_cpus} names CPUs the node lacks")
+    else:
+        if config.reserved_count <= 0:
+            raise NodeError("the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than "
+                            "zero")
+        # The kubelet takes them as it takes any CPUs (NewStaticPolicy: takeByTopology): the lowest whole cores.
+        group = mach.cpus_per_core if FULL_PCPUS_ONLY in config.cpu_options else 1
+        reserved = (_take_distributed(mach, mach.all, config.reserved_count, group)
+                    if DISTRIBUTE_ACROSS_NUMA in config.cpu_options
+                    else take_packed(mach, mach.all, config.reserved_count)) or 0
+    physical = 0
+    for cpu in bits(reserved):
+        physical |= mach.cores[mach.cpu_core[cpu]]
+    return KubeletNode(mach, config, reserved, physical)
+
+
+# --------------------------------------------------------------------------------------------------
+# Pods as the kubelet reads them
+
+
+class KContainer(NamedTuple):
+    name: str
+    kind: str  # "init", "sidecar" (restartPolicy Always) or "app"
+    cpus: int  # exclusive CPUs (a whole request in a Guaranteed pod), else 0
+    memory: int  # bytes requested
+    has_cpu: bool  # it states a CPU request (podGuaranteedCPUs skips those that do not)
+
+
+class KPod(NamedTuple):
+    uid: str
+    guaranteed: bool
+    pod_level: bool  # spec.resources set: the static policy pins nothing
+    containers: tuple[KContainer, ...]  # init containers in order, then app containers
+    cpu_milli: int  # the scheduler's effective request: what the kubelet's resource predicate sums
+    memory: int
+
+    @property
+    def exclusive(self) -> bool:
+        return any(c.cpus for c in self.containers) and not self.pod_level
+
+    def pod_cpus(self) -> int:
+        """podGuaranteedCPUs: max(each init container with the sidecars before it, apps + every sidecar)."""
+        init_peak = sidecars = apps = 0
+        for c in self.containers:
+            if not c.has_cpu:
+                continue
+            if c.kind == "sidecar":
+                sidecars += c.cpus
+            elif c.kind == "init":
+                init_peak = max(init_peak, sidecars + c.cpus)
+            else:
+                apps += c.cpus
+        return max(init_peak, apps + sidecars)
+
+
+def _requests(container: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    res = container.get("resources") or {}
+    limits = dict(res.get("limits") or {})
+    requests = {**{k: v for k, v in limits.items() if k in ("cpu", "memory")}, **(res.get("requests") or {})}
+    return requests, limits
+
+
+def _milli(value: object) -> int:
+    try:
+        return cpu_milli(value)
+    except QuantityError:
+        return 0
+
+
+def _bytes(value: object) -> int:
+    try:
+        return memory_bytes(value)
+    except QuantityError:
+        return 0
+
+
+def kubelet_pod(uid: str, spec: Mapping[str, Any]) -> KPod:
+    """The pod as the kubelet reads it: QoS over every container (GetPodQOS, cpu and memory), each container's
+    exclusive CPUs, and the effective request the resource predicate sums."""
+    raw: list[tuple[Mapping[str, Any], str]] = []
+    for c in spec.get("initContainers") or ():
+        if isinstance(c, Mapping):
+            raw.append((c, "sidecar" if c.get("restartPolicy") == "Always" else "init"))
+    for c in spec.get("containers") or ():
+        if isinstance(c, Mapping):
+            raw.append((c, "app"))
+    guaranteed, any_set = True, False
+    parsed = []
+    for c, kind in raw:
+        requests, limits = _requests(c)
+        for name, parse in (("cpu", _milli), ("memory", _bytes)):
+            req = parse(requests[name]) if name in requests else 0
+            lim = parse(limits[name]) if name in limits else 0
+            any_set |= bool(req or lim)
+            if not lim or req != lim:
+                guaranteed = False
+        parsed.append((c, kind, requests))
+    guaranteed = guaranteed and any_set
+    containers = []
+    init_peak = sidecars = apps = mem_init = mem_sidecars = mem_apps = 0
+    for c, kind, requests in parsed:
+        milli = _milli(requests["cpu"]) if "cpu" in requests else 0
+        mem = _bytes(requests["memory"]) if "memory" in requests else 0
+        whole = milli // 1000 if guaranteed and milli % 1000 == 0 else 0
+        containers.append(KContainer(str(c.get("name", "")), kind, whole, mem, "cpu" in requests))
+        if kind == "sidecar":
+            sidecars += milli
+            mem_sidecars += mem
+        elif kind == "init":
+            init_peak = max(init_peak, sidecars + milli)
+            mem_init = max(mem_init, mem_sidecars + mem)
+        else:
+            apps += milli
+            mem_apps += mem
+    return KPod(uid, guaranteed, bool(spec.get("resources")), tuple(containers), max(init_peak, apps + sidecars),
+                max(mem_init, mem_apps + mem_sidecars))
+
+
+# --------------------------------------------------------------------------------------------------
+# The CPU Manager's allocation (cpu_assignment.go): best fit, fullest first
+
+
+class _Accumulator:
+    __slots__ = ("avail", "m", "need", "numa_first", "result")
+
+    def __init__(self, m: Machine, avail: int, need: int) -> None:
+        self.m, self.avail, self.need, self.result = m, avail, need, 0
+        self.numa_first = len(m.sockets) >= m.numa_count
+
+    def _sorted(self, ids: Iterable[int], cpus_of: Mapping[int, int] | Sequence[int]) -> list[int]:
+        avail = self.avail
+        return sorted((i for i in ids if cpus_of[i] & avail), key=lambda i: ((cpus_of[i] & avail).bit_count(), i))
+
+    def numa_nodes(self) -> list[int]:
+        m = self.m
+        if self.numa_first:
+            return self._sorted(range(m.numa_count), m.numa)
+        return [n for s in self.sockets() for n in self._sorted(
+            (i for i in range(m.numa_count) if m.numa_socket[i] == s), m.numa)]
+
+    def sockets(self) -> list[int]:
+        m = self.m
+        if not self.numa_first:
+            return self._sorted(m.sockets, m.sockets)
+        out: list[int] = []
+        for n in self.numa_nodes():
+            out.extend(self._sorted((m.numa_socket[n],), m.sockets))
+        return out
+
+    def core_order(self) -> list[int]:
+        m = self.m
+        out: list[int] = []
+        if self.numa_first:
+            for s in self.sockets():
+                out.extend(self._sorted((c for c, cpus in m.cores.items() if cpus & m.sockets[s]), m.cores))
+        else:
+            for n in self.numa_nodes():
+                out.extend(self._sorted((c for c, cpus in m.cores.items() if cpus & m.numa[n]), m.cores))
+        return out
+
+    def take(self, cpus: int) -> None:
+        self.result |= cpus
+        self.avail &= ~cpus
+        self.need -= cpus.bit_count()
+
+    def take_full_numa(self) -> None:
+        m = self.m
+        for n in self.numa_nodes():
+            if m.numa[n] & self.avail == m.numa[n] and self.need >= m.numa[n].bit_count():
+                self.take(m.numa[n])
+
+    def take_full_sockets(self) -> None:
+        m = self.m
+        for s in self.sockets():
+            cpus = m.sockets[s]
+            if (cpus & self.avail).bit_count() == m.cpus_per_socket and self.need >= cpus.bit_count():
+                self.take(cpus)
+
+    def take_full_cores(self) -> None:
+        m = self.m
+        for c in self.core_order():
+            cpus = m.cores[c]
+            if (cpus & self.avail).bit_count() == m.cpus_per_core and self.need >= cpus.bit_count():
+                self.take(cpus)
+
+    def take_remaining(self) -> None:
+        for c in self.core_order():
+            for cpu in bits(self.m.cores[c] & self.avail):
+                self.take(1 << cpu)
+                if self.need < 1:
+                    return
+
+
+def take_packed(m: Machine, avail: int, need: int) -> int | None:
+    """takeByTopologyNUMAPacked; None when the CPUs are not there."""
+    acc = _Accumulator(m, avail, need)
+    if need < 1:
+        return 0
+    if need > avail.bit_count():
+        return None
+    first, second = (acc.take_full_numa, acc.take_full_sockets) if acc.numa_first else \
+        (acc.take_full_sockets, acc.take_full_numa)
+    for step in (first, second, acc.take_full_cores, acc.take_remaining):
+        step()
+        if acc.need < 1:
+            return acc.result
+    return None
+
+
+def _stdev(values: Sequence[int]) -> float:
+    mean = round(sum(values) / len(values) * 1000) / 1000
+    return round(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) * 1000) / 1000
+
+
+def _take_distributed(m: Machine, avail: int, need: int, group: int) -> int | None:
+    """takeByTopologyNUMADistributed (distribute-cpus-across-numa): evenly over the fewest NUMA nodes that balance
+    what stays free best; packed where no even split exists."""
+    if need % group:
+        return take_packed(m, avail, need)
+    acc = _Accumulator(m, avail, need)
+    if need < 1:
+        return 0
+    if need > avail.bit_count():
+        return None
+    numas = acc.numa_nodes()
+    free = {n: (m.numa[n] & avail).bit_count() for n in numas}
+    groups = (m.all.bit_count() - 1) // group + 1
+    per_numa_groups = (groups - 1) // m.numa_count + 1
+    needed_groups = (need - 1) // group + 1
+    lo, hi = (needed_groups - 1) // per_numa_groups + 1, min(needed_groups, len(numas))
+    for k in range(lo, hi + 1):
+        best: tuple[float, tuple[int, ...], tuple[int, ...]] | None = None
+        for combo in itertools.combinations(numas, k):
+            if best is not None and best[0] == 0:
+                break
+            if sum(free[n] for n in combo) < need or sum(free[n] // group for n in combo) * group < need:
+                continue
+            share = need // k // group * group
+            if any(free[n] < share for n in combo):
+                continue
+            after = dict(free)
+            for n in combo:
+                after[n] -= share
+            remainder = need - share * k
+            local: tuple[float, tuple[int, ...]] | None = (_stdev(list(after.values())), ()) if remainder == 0 \
+                else None
+            candidates = [n for n in combo if after[n] >= group]
+            for size in range(len(candidates), 0, -1) if remainder else ():
+                for subset in itertools.combinations(candidates, size):
+                    left, trial = remainder, dict(after)
+                    if sum(trial[n] for n in subset) < left:
+                        continue
+                    while left > 0:
+                        for n in subset:
+                            if left == 0:
+                                break
+                            if trial[n] < group:
+                                continue
+                            trial[n] -= group
+                            left -= group
+                    balance = _stdev(list(trial.values()))
+                    if local is None or balance < local[0]:
+                        local = (balance, subset)
+            if local is not None and (best is None or local[0] < best[0]):
+                best = (local[0], combo, local[1])
+        if best is None:
+            continue
+        _, combo, extra = best
+        share = need // len(combo) // group * group
+        for n in combo:
+            acc.take(take_packed(m, m.numa[n] & acc.avail, share) or 0)
+        left = need - share * len(combo)
+        while left > 0:
+            for n in extra:
+                if left == 0:
+                    break
+                if (m.numa[n] & acc.avail).bit_count() < group:
+                    continue
+                acc.take(take_packed(m, m.numa[n] & acc.avail, group) or 0)
+                left -= group
+        return acc.result if acc.need == 0 else None
+    return take_packed(m, avail, need)
+
+
+# --------------------------------------------------------------------------------------------------
+# The Static Memory Manager (memorymanager/policy_static.go): memory only, no hugepages
+
+
+def _find_best(hints: Sequence[Hint]) -> Hint:
+    """findBestHint: preferred before not, then the narrowest."""
+    best = hints[0]
+    for h in hints[1:]:
+        assert h.numa is not None and best.numa is not None
+        if (h.preferred and not best.preferred) or (h.preferred == best.preferred and _narrower(h.numa, best.numa)):
+            best = h
+    return best
+
+
+def _release_memory(mem: MemoryState, blocks: Mapping[str, tuple[int, int]]) -> MemoryState:
+    """RemoveContainer for each of a pod's blocks: what a block took is given back node by node, each up to what is
+    taken there."""
+    free, count, cells = list(mem.free), list(mem.count), list(mem.cells)
+    for numa, size in blocks.values():
+        for i in bits(numa):
+            count[i] -= 1
+            if count[i] == 0:
+                cells[i] = 1 << i
+            back = min(mem.allocatable[i] - free[i], size)
+            free[i] += back
+            size -= back
+    return MemoryState(tuple(free), tuple(count), tuple(cells), mem.allocatable, mem.blocks)
+
+
+class _MemoryPass:
+    """One pod's admission on a scratch copy of the Memory Manager's machine state."""
+
+    __slots__ = ("allocatable", "blocks", "cells", "count", "free", "node", "pod", "reuse")
+
+    def __init__(self, node: KubeletNode, mem: MemoryState, pod: KPod) -> None:
+        self.node, self.pod = node, pod
+        self.free, self.count, self.cells = list(mem.free), list(mem.count), list(mem.cells)
+        self.allocatable = mem.allocatable
+        self.blocks: dict[str, tuple[int, int]] = {}
+        self.reuse: dict[int, int] = {}  # initContainersReusableMemory: NUMA mask -> bytes
+
+    def calculate(self, request: int) -> list[Hint]:
+        count = self.node.machine.numa_count
+        smallest = count
+        found: list[tuple[int, int]] = []
+        for size in range(1, count + 1):
+            for combo in itertools.combinations(range(count), size):
+                if sum(self.allocatable[i] for i in combo) < request:
+                    continue
+                smallest = min(smallest, size)
+                mask = mask_of(combo)
+                if size == 1 and self.cells[combo[0]] != mask:
+                    continue
+                if size > 1 and any(self.count[i] > 0 and (self.cells[i].bit_count() == 1 or self.cells[i] != mask)
+                                    for i in combo):
+                    continue
+                if sum(self.free[i] for i in combo) + self.reuse.get(mask, 0) < request:
+                    continue
+                found.append((mask, size))
+        return [Hint(mask, size == smallest) for mask, size in found]
+
+    def hints(self, request: int) -> list[Hint] | None:
+        """What the provider tells the Topology Manager; None (no preference) when no NUMA node has room, too."""
+        if not self.pod.guaranteed or self.pod.pod_level:
+            return None
+        return self.calculate(request) or None
+
+    def allocate(self, c: KContainer, hint: Hint | None) -> Rejected | None:
+        if not self.pod.guaranteed or self.pod.pod_level:
+            return None
+        request = c.memory
+        given = hint or Hint(None, False)
+        best = given
+        if given.numa is None:
+            found = self.calculate(request)
+            if not found:
+                return _unexpected("[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with "
+                                   "enough memory is available")
+            best = _find_best(found)
+            if not best.preferred and given.preferred:
+                return _unexpected("[memorymanager] failed to find the default preferred hint")
+        assert best.numa is not None
+        if sum(self.free[i] for i in bits(best.numa)) < request:
+            wider = [h for h in self.calculate(request) if h.numa is not None and best.numa & ~h.numa == 0]
+            if not wider:
+                return _unexpected("[memorymanager] failed to find NUMA nodes to extend the current topology hint")
+            extended = _find_best(wider)
+            if not extended.preferred and best.preferred:
+                return _unexpected("[memorymanager] failed to find the extended preferred hint")
+            best = extended
+        mask = best.numa
+        assert mask is not None
+        if mask.bit_count() > 1 and any(self.count[i] > 0 and (self.cells[i].bit_count() == 1 or self.cells[i] != mask)
+                                        for i in bits(mask)):
+            return _unexpected("[memorymanager] preferred hint violates NUMA node allocation")
+        reusable = self.reuse.get(mask, 0)
+        left = 0 if reusable >= request else request - reusable
+        for i in bits(mask):
+            self.count[i] += 1
+            self.cells[i] = mask
+            if left and self.free[i] > 0:
+                take = min(self.free[i], left)
+                self.free[i] -= take
+                left -= take
+        if c.kind == "init":
+            self.reuse[mask] = max(self.reuse.get(mask, 0), request)
+        elif self.reuse.get(mask):
+            self.reuse[mask] = max(0, self.reuse[mask] - request)
+        self.blocks[c.name] = (mask, request)
+        self._shrink_init_blocks(c, mask, request)
+        return None
+
+    def _shrink_init_blocks(self, c: KContainer, mask: int, size: int) -> None:
+        """updateInitContainersMemoryBlocks: a later container's block takes over what earlier regular init
+        containers on the same NUMA nodes held."""
+        for other in self.pod.containers:
+            if other.name == c.name or other.kind == "app" or size == 0:
+                break
+            if other.kind == "sidecar" or other.name not in self.blocks:
+                continue
+            numa, held = self.blocks[other.name]
+            if numa != mask or held == 0:
+                continue
+            moved = min(held, size)
+            self.blocks[other.name] = (numa, held - moved)
+            size -= moved
+
+    def state(self, before: MemoryState) -> MemoryState:
+        blocks = dict(before.blocks)
+        if self.blocks:
+            blocks[self.pod.uid] = dict(self.blocks)
+        return MemoryState(tuple(self.free), tuple(self.count), tuple(self.cells), self.allocatable, blocks)
+
+
+# --------------------------------------------------------------------------------------------------
+# State, hints and admission
+
+
+@dataclass(slots=True)
+class MemoryState:
+    """The Static Memory Manager's machine state: per NUMA node, free bytes, how many blocks use it, and the group of
+    NUMA nodes ("cells") those blocks span; each container's block (its NUMA nodes and bytes)."""
+
+    free: tuple[int, ...]
+    count: tuple[int, ...]
+    cells: tuple[int, ...]  # NUMA bitmask of the group node i belongs to
+    allocatable: tuple[int, ...]
+    blocks: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)  # uid -> container -> (NUMA, bytes)
+
+
+@dataclass(slots=True)
+class KState:
+    """The CPU Manager's state on one node (the default set and each container's exclusive CPUs), the Memory
+    Manager's (Static only), and the pods the resource predicate counts."""
+
+    default: int
+    assigned: dict[str, dict[str, int]] = field(default_factory=dict)  # pod uid -> container -> CPUs
+    requested: dict[str, tuple[int, int]] = field(default_factory=dict)  # pod uid -> (cpu milli, memory bytes)
+    memory: MemoryState | None = None
+
+    def copy(self) -> KState:
+        mem = self.memory
+        return KState(self.default, dict(self.assigned), dict(self.requested),
+                      None if mem is None else MemoryState(mem.free, mem.count, mem.cells, mem.allocatable,
+                                                          dict(mem.blocks)))
+
+
+def memory_allocatable(node: KubeletNode) -> tuple[int, ...]:
+    reserved = node.config.reserved_memory
+    return tuple(m - (reserved[i] if i < len(reserved) else 0) for i, m in enumerate(node.machine.memory))
+
+
+def new_state(node: KubeletNode) -> KState:
+    strict = node.option(STRICT_RESERVATION)
+    count = node.machine.numa_count
+    allocatable = memory_allocatable(node)
+    memory = MemoryState(allocatable, (0,) * count, tuple(1 << i for i in range(count)), allocatable) \
+        if node.config.memory_policy == "Static" else None
+    return KState(node.machine.all & ~node.reserved if strict else node.machine.all, memory=memory)
+
+
+def available(node: KubeletNode, state: KState) -> int:
+    """Where exclusive CPUs come from: the default set less the reserved CPUs."""
+    return state.default & ~node.reserved
+
+
+def free_per_numa(node: KubeletNode, state: KState) -> tuple[int, ...]:
+    """Free CPUs per NUMA node: what node-feature-discovery publishes as each zone's `available`."""
+    return node.machine.per_numa(available(node, state))
+
+
+def free_cores(node: KubeletNode, state: KState) -> tuple[int, ...]:
+    """Whole free cores per NUMA node (every thread free): what a model's ranks can be given."""
+    m, avail = node.machine, available(node, state)
+    out = [0] * m.numa_count
+    for core, cpus in m.cores.items():
+        if cpus & avail == cpus:
+            out[m.cpu_numa[core]] += 1
+    return tuple(out)
+
+
+class Hint(NamedTuple):
+    numa: int | None  # bitmask of NUMA nodes; None: any
+    preferred: bool
+
+
+def _cpu_hints(node: KubeletNode, avail: int, reusable: int, request: int) -> list[Hint]:
+    """generateCPUTopologyHints: every NUMA mask whose free (and reusable) CPUs hold the request, preferred when
+    its size is the fewest NUMA nodes whose *total* CPUs hold it."""
+    m = node.machine
+    count = m.numa_count
+    smallest = count
+    found: list[tuple[int, int]] = []
+    for size in range(1, count + 1):
+        for combo in itertools.combinations(range(count), size):
+            mask = mask_of(combo)
+            cpus = m.numa_mask(mask)
+            if cpus.bit_count() >= request and size < smallest:
+                smallest = size
+            if reusable & ~cpus:
+                continue
+            if (reusable | (avail & cpus)).bit_count() >= request:
+                found.append((mask, size))
+    return [Hint(mask, size == smallest) for mask, size in found]
+
+
+def _narrower(a: int, b: int) -> bool:
+    ca, cb = a.bit_count(), b.bit_count()
+    return a < b if ca == cb else ca < cb
+
+
+def _average_distance(m: Machine, mask: int) -> float:
+    ids = list(bits(mask))
+    return sum(m.distances[a][b] for a in ids for b in ids) / (len(ids) ** 2)
+
+
+def _merge(node: KubeletNode, providers: Sequence[list[Hint] | None]) -> tuple[Hint, bool]:
+    """The policy's Merge: the best of every permutation of one hint per provider, and whether it admits."""
+    cfg, m = node.config, node.machine
+    default = (1 << m.numa_count) - 1
+    filtered: list[list[Hint]] = [[Hint(None, True)] if hints is None else hints or [Hint(None, False)]
+                                  for hints in providers]
+    if cfg.topology_policy == SINGLE_NUMA_NODE:
+        filtered = [[h for h in hints if h.preferred and (h.numa is None or h.numa.bit_count() == 1)]
+                    for hints in filtered]
+    closest = cfg.prefer_closest and cfg.topology_policy != SINGLE_NUMA_NODE
+
+    def better_mask(current: int, candidate: int) -> bool:
+        if candidate == current:
+            return False
+        if closest and current.bit_count() == candidate.bit_count():
+            dc, dn = _average_distance(m, current), _average_distance(m, candidate)
+            return candidate < current if dc == dn else dn < dc
+        return _narrower(candidate, current)
+
+    narrowest = [min((h.numa for h in hints if h.numa is not None), key=lambda x: (x.bit_count(), x), default=None)
+                 for hints in filtered]
+    best_count = max((n.bit_count() for n in narrowest if n is not None), default=0)
+    best: Hint | None = None
+    for perm in itertools.product(*filtered):
+        preferred, first, merged = True, None, default
+        for h in perm:
+            if h.numa is not None:
+                if first is None:
+                    first = h.numa
+                elif h.numa != first:
+                    preferred = False
+                merged &= h.numa
+            if not h.preferred:
+                preferred = False
+        cand = Hint(merged, preferred)
+        if merged == 0:
+            continue
+        if best is None:
+            best = cand
+            continue
+        current = best.numa or 0  # every candidate kept has a mask
+        cur_n, cand_n = current.bit_count(), merged.bit_count()
+        if best.preferred != cand.preferred:
+            if cand.preferred:
+                best = cand
+            continue
+        if best.preferred or cur_n > best_count:
+            if better_mask(current, merged):
+                best = cand
+            continue
+        if cur_n == best_count:
+            if cand_n == best_count and better_mask(current, merged):
+                best = cand
+            continue
+        if cand_n > best_count:
+            continue
+        if cand_n == best_count or cand_n > cur_n:
+            best = cand
+            continue
+        if cand_n == cur_n and better_mask(current, merged):
+            best = cand
+    result = best or Hint(default, False)
+    if cfg.topology_policy == SINGLE_NUMA_NODE and result.numa == default:
+        result = Hint(None, result.preferred)
+    admit = cfg.topology_policy == BEST_EFFORT or result.preferred
+    return result, admit
+
+
+class Rejected(NamedTuple):
+    reason: str
+    message: str  # the pod's status message: "Pod was rejected: …"
+
+
+class Admitted(NamedTuple):
+    cpus: Mapping[str, int]  # container -> its exclusive CPUs (only containers that have some)
+    state: KState  # the node's state with the pod in it
+
+    def per_numa(self, m: Machine) -> tuple[tuple[int, int], ...]:
+        """Exclusive CPUs per NUMA node across the pod's containers (reused init CPUs counted once)."""
+        held = 0
+        for cpus in self.cpus.values():
+            held |= cpus
+        return tuple((i, n) for i, n in enumerate(m.per_numa(held)) if n)
+
+
+def _rejected(reason: str, text: str) -> Rejected:
+    return Rejected(reason, "Pod was rejected: " + text)
+
+
+def _unexpected(err: str) -> Rejected:
+    return _rejected(UNEXPECTED_ADMISSION_ERROR, f"Allocate failed due to {err}, which is unexpected")
+
+
+class _Pass:
+    """One pod's admission on a scratch copy of the CPU Manager's default set."""
+
+    __slots__ = ("cpus", "default", "mem", "node", "pod", "reuse")
+
+    def __init__(self, node: KubeletNode, state: KState, pod: KPod) -> None:
+        self.node, self.pod, self.default = node, pod, state.default
+        self.cpus: dict[str, int] = {}
+        self.reuse = 0  # cpusToReuse: CPUs of this pod's finished init containers
+        self.mem = None if state.memory is None else _MemoryPass(node, state.memory, pod)
+
+    def available(self) -> int:
+        return self.default & ~self.node.reserved
+
+    def hints(self, cpus: int, memory: int) -> list[list[Hint] | None]:
+        """Each provider's hints, in the kubelet's order: the CPU Manager's, then the Memory Manager's."""
+        mine = None if cpus == 0 or self.pod.pod_level else _cpu_hints(self.node, self.available(), self.reuse, cpus)
+        return [mine] if self.mem is None else [mine, self.mem.hints(memory)]
+
+    def allocate(self, c: KContainer, hint: Hint | None) -> Rejected | None:
+        why = self._allocate_cpus(c, hint.numa if hint is not None else None)
+        if why is None and self.mem is not None:
+            why = self.mem.allocate(c, hint)
+        return why
+
+    def _allocate_cpus(self, c: KContainer, affinity: int | None) -> Rejected | None:
+        n = c.cpus
+        if n == 0 or self.pod.pod_level:
+            return None
+        node, m = self.node, self.node.machine
+        if node.option(FULL_PCPUS_ONLY):
+            group = m.cpus_per_core
+            if n % group:
+                return _rejected(SMT_ALIGNMENT_ERROR, f"SMT Alignment Error: requested {n} cpus not multiple cpus "
+                                                      f"per core = {group}")
+            physical = (self.default & ~node.reserved_physical).bit_count()
+            if n > physical:
+                return _rejected(SMT_ALIGNMENT_ERROR, "SMT Alignment Error: not enough free physical CPUs: "
+                                 f"available physical CPUs = {physical}, requested CPUs = {n}, CPUs per core = {group}")
+        pool = self.available() | self.reuse
+        taken = 0
+        if affinity is not None:
+            aligned = pool & m.numa_mask(affinity)
+            want = min(n, aligned.bit_count())
+            got = self._take(aligned, want)
+            if got is None:
+                return _unexpected(f"not enough cpus available to satisfy request: requested={want}, "
+                                   f"available={aligned.bit_count()}")
+            taken = got
+        rest = self._take(pool & ~taken, n - taken.bit_count())
+        if rest is None:
+            return _unexpected(f"not enough cpus available to satisfy request: requested={n - taken.bit_count()}, "
+                               f"available={(pool & ~taken).bit_count()}")
+        taken |= rest
+        self.default &= ~taken
+        self.cpus[c.name] = taken
+        self.reuse = self.reuse | taken if c.kind == "init" else self.reuse & ~taken
+        return None
+
+    def _take(self, avail: int, need: int) -> int | None:
+        node = self.node
+        if node.option(DISTRIBUTE_ACROSS_NUMA):
+            group = node.machine.cpus_per_core if node.option(FULL_PCPUS_ONLY) else 1
+            return _take_distributed(node.machine, avail, need, group)
+        return take_packed(node.machine, avail, need)
+
+
+def admit(node: KubeletNode, state: KState, pod: KPod) -> Admitted | Rejected:
+    """The kubelet's answer to pod `pod` arriving on a node in `state`: the Topology Manager's admit handler (which
+    allocates), then the resource predicate. Pure: `state` is not changed."""
+    run = _Pass(node, state, pod)
+    policy = node.config.topology_policy
+    if policy == NONE:
+        for c in pod.containers:
+            if (why := run.allocate(c, None)) is not None:
+                return why
+    elif node.config.topology_scope == POD:
+        hint, ok = _merge(node, run.hints(pod.pod_cpus(), pod.memory))
+        if not ok:
+            return _rejected(TOPOLOGY_AFFINITY_ERROR, "Resources cannot be allocated with Topology locality")
+        for c in pod.containers:
+            if (why := run.allocate(c, hint)) is not None:
+                return why
+    else:
+        for c in pod.containers:
+            hint, ok = _merge(node, run.hints(c.cpus, c.memory))
+            if not ok:
+                return _rejected(TOPOLOGY_AFFINITY_ERROR, "Resources cannot be allocated with Topology locality")
+            if (why := run.allocate(c, hint)) is not None:
+                return why
+    if (why := _predicate(node, state, pod)) is not None:
+        return why
+    after = state.copy()
+    after.default = run.default
+    if run.mem is not None and state.memory is not None:
+        after.memory = run.mem.state(state.memory)
+    if run.cpus:
+        after.assigned[pod.uid] = run.cpus
+    after.requested[pod.uid] = (pod.cpu_milli, pod.memory)
+    return Admitted(run.cpus, after)
+
+
+def _predicate(node: KubeletNode, state: KState, pod: KPod) -> Rejected | None:
+    """The kubelet's resource predicate (after the Topology Manager): requests against allocatable."""
+    allocatable_milli = (node.machine.all.bit_count() - node.reserved.bit_count()) * 1000
+    used = sum(c for c, _ in state.requested.values())
+    if pod.cpu_milli and used + pod.cpu_milli > allocatable_milli:
+        return _rejected("OutOfcpu", f"Node didn't have enough resource: cpu, requested: {pod.cpu_milli}, used: "
+                                     f"{used}, capacity: {allocatable_milli}")
+    return None
+
+
+def rekey(state: KState, old: str, new: str) -> KState:
+    """The state with pod `old`'s CPUs and requests under uid `new` (a fit asks for a pod not yet named)."""
+    after = state.copy()
+    if old in after.assigned:
+        after.assigned[new] = after.assigned.pop(old)
+    if old in after.requested:
+        after.requested[new] = after.requested.pop(old)
+    if after.memory is not None and old in after.memory.blocks:
+        after.memory.blocks[new] = after.memory.blocks.pop(old)
+    return after
+
+
+def remove(state: KState, uid: str) -> KState:
+    """The pod is gone: its CPUs return to the default set (RemoveContainer, for each of its containers)."""
+    after = state.copy()
+    for cpus in after.assigned.pop(uid, {}).values():
+        after.default |= cpus
+    after.requested.pop(uid, None)
+    if after.memory is not None and uid in after.memory.blocks:
+        after.memory = _release_memory(after.memory, after.memory.blocks.pop(uid))
+    return after
+
+
+def place_known(state: KState, uid: str, cpus: Mapping[str, int], requested: tuple[int, int]) -> KState:
+    """A pod whose CPUs are known (persisted at bind, or observed): held exactly there."""
+    after = state.copy()
+    held = 0
+    for mask in cpus.values():
+        held |= mask
+    after.default &= ~held
+    if cpus:
+        after.assigned[uid] = dict(cpus)
+    after.requested[uid] = requested
+    return after

@@ -1,0 +1,302 @@
+"""The scenarios tests/oracle plays on the real kubelet (its CPU, Topology and Memory Managers, driven by the `kube
+kubelet` peer) and on our ledger side by side: a machine shape and kubelet settings (`Scenario`), the Node and
+NodeResourceTopology objects the cluster sees of it, pods of every kind, and `KubeletNode`, the real managers and a
+live ledger fed the same pods in the same order, model pods bound as the extender binds them."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.oracle.kubeletpeer import KubeletPeer, Verdict
+
+from placement import kubelet as kub
+from placement.assume import AssumeCache
+from placement.cluster import ClusterState
+from placement.config import KubeletGroup, Settings
+from placement.demand import read_model_pod
+from placement.fit import Fit
+from placement.ledger import PLACEMENT
+from placement.mutation import mutate_pod
+from placement.topology import SMT_LABEL, CPUSet, linux_layout
+
+NODE = "node-0"
+GROUP_LABEL = "example.com/kubelet-group"
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Scenario:
+    seed: int
+    packages: int
+    numa_per_package: int
+    cores_per_numa: int
+    threads_per_core: int
+    policy: str
+    scope: str
+    options: tuple[str, ...]
+    reserved_cpus: str  # reservedSystemCPUs; "" to reserve `reserved_count` the kubelet's way
+    reserved_count: int
+    prefer_closest: bool
+    nrt: bool  # the node publishes a NodeResourceTopology (node-feature-discovery's topology-updater)
+    memory_per_numa: int = 256 * GIB
+
+    @property
+    def numa_nodes(self) -> int:
+        return self.packages * self.numa_per_package
+
+    @property
+    def cpus(self) -> int:
+        return self.numa_nodes * self.cores_per_numa * self.threads_per_core
+
+    @property
+    def label(self) -> str:
+        return (f"seed {self.seed}: {self.numa_nodes} NUMA ({self.packages} pkg) x {self.cores_per_numa} cores, SMT "
+                f"{'on' if self.threads_per_core == 2 else 'off'}, {self.policy}/{self.scope}, "
+                f"{','.join(self.options) or 'no options'}{', closest' if self.prefer_closest else ''}, reserved "
+                f"{self.reserved_cpus or self.reserved_count}{', NRT' if self.nrt else ''}")
+
+    def group(self) -> KubeletGroup:
+        return KubeletGroup(
+            name="oracle", node_selector={GROUP_LABEL: "oracle"}, cpu_manager_policy_options=self.options,
+            topology_manager_policy=self.policy, topology_manager_scope=self.scope,  # type: ignore[arg-type]
+            topology_manager_policy_options=("prefer-closest-numa-nodes",) if self.prefer_closest else (),
+            reserved_system_cpus=self.reserved_cpus, packages=self.packages)
+
+    def settings(self) -> Settings:
+        return Settings(require_amx=False, kubernetes_cpu_policy="kubelet-static",
+                        kubelet_node_groups=(self.group(),))
+
+
+def make_scenario(seed: int) -> Scenario:
+    rng = random.Random(seed)
+    numa = rng.choice((1, 2, 2, 4, 4, 8))
+    packages = 1 if numa == 1 else rng.choice((1, 2)) if numa > 2 else 2
+    tpc = rng.choice((1, 2, 2))
+    cores = rng.randint(4, 24)
+    policy = rng.choice(kub.TOPOLOGY_POLICIES)
+    options = tuple(o for o in (kub.FULL_PCPUS_ONLY, kub.DISTRIBUTE_ACROSS_NUMA, kub.STRICT_RESERVATION)
+                    if rng.random() < (0.8 if o == kub.FULL_PCPUS_ONLY else 0.25))
+    total = numa * cores * tpc
+    explicit = rng.random() < 0.4
+    count = rng.choice((1, 2, 2, 4)) * (tpc if kub.FULL_PCPUS_ONLY in options else 1)
+    reserved = ""
+    if explicit:
+        # Both threads of the first core(s) of NUMA node 0, as operators write reservedSystemCPUs.
+        first = list(range(count // tpc or 1))
+        reserved = str(CPUSet.of([c + level * (total // tpc) for c in first for level in range(tpc)]))
+    return Scenario(seed, packages, numa // packages, cores, tpc, policy, rng.choice((kub.CONTAINER, kub.POD)),
+                    options, reserved, count, rng.random() < 0.3 and numa > 2, rng.random() < 0.5)
+
+
+def machine_json(s: Scenario) -> dict[str, Any]:
+    """The machine as the driver builds cadvisor's MachineInfo: Linux's numbering (linux_layout)."""
+    topo = linux_layout([s.cores_per_numa] * s.numa_nodes, s.threads_per_core, "labels")
+    m = kub.machine(topo, s.packages, (s.memory_per_numa,) * s.numa_nodes)
+    return {"numa": [{"id": n.id, "socket": m.numa_socket[n.id], "memory": s.memory_per_numa,
+                      "cores": [list(c.threads) for c in n.cores]} for n in topo.numa_nodes],
+            "distances": [list(row) for row in m.distances]}
+
+
+def kubelet_json(s: Scenario) -> dict[str, Any]:
+    return {"reservedSystemCPUs": s.reserved_cpus, "reservedCPUs": s.reserved_count,
+            "cpuManagerPolicyOptions": {o: "true" for o in s.options},
+            "topologyManagerPolicy": s.policy, "topologyManagerScope": s.scope,
+            "topologyManagerPolicyOptions": {"prefer-closest-numa-nodes": "true"} if s.prefer_closest else {},
+            "memoryManagerPolicy": "None", "reservedMemory": {}}
+
+
+def node_object(s: Scenario) -> dict[str, Any]:
+    reserved = len(CPUSet.parse(s.reserved_cpus)) if s.reserved_cpus else s.reserved_count
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": NODE, "labels": {
+                GROUP_LABEL: "oracle", Settings().numa_count_label: str(s.numa_nodes),
+                SMT_LABEL: "true" if s.threads_per_core == 2 else "false"}},
+            "spec": {}, "status": {"capacity": {"cpu": str(s.cpus), "memory": f"{s.memory_per_numa * s.numa_nodes}"},
+                                   "allocatable": {"cpu": str(s.cpus - reserved),
+                                                   "memory": f"{s.memory_per_numa * s.numa_nodes}"}}}
+
+
+def nfd_nrt(s: Scenario, free: list[int], reserved: CPUSet) -> dict[str, Any]:
+    """The NodeResourceTopology node-feature-discovery's topology-updater writes: attributes for the Topology
+    Manager, one `node-N` zone per NUMA node whose cpu `allocatable` is its CPUs less the reserved ones and
+    `available` that less the exclusive CPUs podresources lists."""
+    topo = linux_layout([s.cores_per_numa] * s.numa_nodes, s.threads_per_core, "labels")
+    zones = []
+    for n in topo.numa_nodes:
+        cap = len(n.cpus)
+        alloc = cap - len(reserved & n.cpus)
+        zones.append({"name": f"node-{n.id}", "type": "Node",
+                      "costs": [{"name": f"node-{j}", "value": d} for j, d in enumerate(machine_json(s)["distances"][n.id])],
+                      "resources": [{"name": "cpu", "capacity": str(cap), "allocatable": str(alloc),
+                                     "available": str(free[n.id])},
+                                    {"name": "memory", "capacity": str(s.memory_per_numa),
+                                     "allocatable": str(s.memory_per_numa), "available": str(s.memory_per_numa)}]})
+    return {"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+            "metadata": {"name": NODE},
+            "attributes": [{"name": "topologyManagerPolicy", "value": s.policy},
+                           {"name": "topologyManagerScope", "value": s.scope}],
+            "zones": zones}
+
+
+def _resources(cpu: str, memory: str) -> dict[str, Any]:
+    return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
+
+
+def model_pod(name: str, tp: int, cpu: int, sidecar: int = 0, init: int = 0) -> dict[str, Any]:
+    """A model pod as a user writes it (the webhook makes it Guaranteed), with a Guaranteed native sidecar of
+    `sidecar` CPUs and a regular init container of `init` CPUs when given."""
+    spec: dict[str, Any] = {"containers": [{"name": "vllm", "args": ["--tensor-parallel-size", str(tp)],
+                                            "resources": _resources(str(cpu), "8Gi")}]}
+    inits = []
+    if init:
+        inits.append({"name": "fetch", "resources": _resources(str(init), "1Gi")})
+    if sidecar:
+        inits.append({"name": "proxy", "restartPolicy": "Always", "resources": _resources(str(sidecar), "1Gi")})
+    if inits:
+        spec["initContainers"] = inits
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "models", "uid": f"uid-{name}",
+                         "labels": {"model-manager.io/model": name}},
+            "spec": spec, "status": {"phase": "Pending"}}
+
+
+def other_pod(name: str, kind: str, cpu: int) -> dict[str, Any]:
+    """A non-model pod bound to the node by another scheduler: Guaranteed, Burstable or BestEffort."""
+    container: dict[str, Any] = {"name": "app"}
+    if kind == "Guaranteed":
+        container["resources"] = _resources(str(cpu), "1Gi")
+    elif kind == "Burstable":
+        container["resources"] = {"requests": {"cpu": f"{cpu * 500}m", "memory": "512Mi"}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "apps", "uid": f"uid-{name}"},
+            "spec": {"nodeName": NODE, "containers": [container]}, "status": {"phase": "Running"}}
+
+
+def bound(pod: dict[str, Any], placement: str | None) -> dict[str, Any]:
+    meta = pod["metadata"]
+    if placement is not None:
+        meta = {**meta, "annotations": {**(meta.get("annotations") or {}), PLACEMENT: placement}}
+    return {**pod, "metadata": meta, "spec": {**pod["spec"], "nodeName": NODE}, "status": {"phase": "Running"}}
+
+
+@dataclass
+class Tally:
+    admitted_ok: int = 0
+    admitted_rejected: dict[str, int] = field(default_factory=dict)  # by the kubelet's Reason
+    refused_ok: int = 0  # refused, and the kubelet would have rejected it too
+    refused_needless: int = 0  # refused, but the kubelet would have admitted it
+    drift: int = 0  # admitted, and a container's CPUs not on the NUMA nodes predicted
+    exact: int = 0  # admitted with every container's cpuset as predicted
+    problems: list[str] = field(default_factory=list)
+
+
+def _numa_of(s: Scenario, cpus: CPUSet) -> set[int]:
+    total = s.numa_nodes * s.cores_per_numa
+    return {(c % total) // s.cores_per_numa for c in cpus}
+
+
+class KubeletNode:
+    """The real managers and a live ledger, fed the same pods in the same order; a model pod the ledger admits is
+    bound as /bind binds it (assumed, then the watch's view of it with the placement the Binding wrote)."""
+
+    def __init__(self, peer: KubeletPeer, scenario: Scenario) -> None:
+        self.peer, self.s = peer, scenario
+        self.settings = scenario.settings()
+        self.cluster = ClusterState.from_objects([node_object(scenario)], self.settings)
+        self.pods: dict[str, dict[str, Any]] = {}  # name -> the pod as bound
+        self.tally = Tally()
+
+    def ledger_reserved(self) -> CPUSet:
+        ledger = self.cluster.ledger(NODE)
+        assert ledger is not None and ledger.kubelet is not None
+        return kub.cpuset(ledger.kubelet.reserved)
+
+    def judge(self, name: str, pod: dict[str, Any], cluster: ClusterState | None = None) -> tuple[Fit, Verdict]:
+        """The ledger's verdict on a model pod, and the kubelet's answer to it; kept on both only when the ledger
+        admitted it."""
+        cluster = cluster or self.cluster
+        mutated = mutate_pod(pod, cluster).pod
+        demand = read_model_pod(mutated, self.settings)
+        uid = mutated["metadata"]["uid"]
+        verdict = AssumeCache(cluster).assume(uid, "models", name, demand, NODE)
+        answer = self.peer.add(bound(mutated, None))
+        t = self.tally
+        if verdict.ok:
+            if not answer.admit:
+                t.admitted_rejected[answer.reason] = t.admitted_rejected.get(answer.reason, 0) + 1
+                t.problems.append(f"{self.s.label}: {name} admitted by the ledger ({verdict.per_numa}), rejected by "
+                                  f"the kubelet: {answer.reason} {answer.message}")
+                cluster.drop(uid)
+                return verdict, answer
+            t.admitted_ok += 1
+            predicted = dict((n, c) for n, c in (verdict.admitted.cpus.items() if verdict.admitted else ()))
+            got = {n: CPUSet.parse(c.cpus) for n, c in answer.containers.items() if c.cpus}
+            want = {n: kub.cpuset(m) for n, m in predicted.items()}
+            if got == want:
+                t.exact += 1
+            if {n: _numa_of(self.s, c) for n, c in got.items()} != {n: _numa_of(self.s, c) for n, c in want.items()}:
+                t.drift += 1
+                t.problems.append(f"{self.s.label}: {name} drift: predicted {want}, got {got}")
+            placed = bound(mutated, AssumeCache(cluster).placement(uid))
+            cluster.apply("Pod", "ADDED", placed)
+            if cluster is self.cluster:
+                self.pods[name] = placed
+        else:
+            if answer.admit:
+                t.refused_needless += 1
+                self.peer.remove(uid)
+            else:
+                t.refused_ok += 1
+        return verdict, answer
+
+    def add_other(self, name: str, kind: str, cpu: int) -> bool:
+        pod = other_pod(name, kind, cpu)
+        answer = self.peer.add(pod)
+        if not answer.admit:
+            return False  # the kubelet failed it: terminal, and no ledger counts it
+        self.cluster.apply("Pod", "ADDED", pod)
+        self.pods[name] = pod
+        return True
+
+    def delete(self, name: str) -> None:
+        pod = self.pods.pop(name)
+        self.peer.remove(pod["metadata"]["uid"])
+        self.cluster.apply("Pod", "DELETED", pod)
+
+    def nrt(self) -> dict[str, Any]:
+        free = [len(CPUSet.parse(f)) for f in self.peer.free()]
+        return nfd_nrt(self.s, free, self.ledger_reserved())
+
+    def rebuilt(self, annotated: bool = True, with_nrt: bool = False) -> ClusterState:
+        pods = [pod if annotated else {**pod, "metadata": {**pod["metadata"], "annotations": {
+            k: v for k, v in (pod["metadata"].get("annotations") or {}).items() if k != PLACEMENT}}}
+            for pod in self.pods.values()]
+        return ClusterState.from_objects([node_object(self.s), *pods, *([self.nrt()] if with_nrt else [])],
+                                         self.settings)
+
+
+def play(peer: KubeletPeer, scenario: Scenario, events: int = 24) -> KubeletNode:
+    """One random stream on one node: model pods of TP 1/2/4 (whole and odd CPU counts, sidecars, init
+    containers), non-model pods of every QoS class, deletes; then ledgers rebuilt from the list (with the placements
+    the Bindings wrote, and without them but with the node's NodeResourceTopology) must hold what the live one
+    holds, and never admit what the kubelet rejects."""
+    rng = random.Random(scenario.seed * 7919)
+    node = KubeletNode(peer, scenario)
+    s = scenario
+    numa_cpus = s.cores_per_numa * s.threads_per_core
+    for i in range(events):
+        roll = rng.random()
+        if roll < 0.2 and node.pods:
+            node.delete(rng.choice(sorted(node.pods)))
+        elif roll < 0.45:
+            kind = rng.choice(("Guaranteed", "Guaranteed", "Burstable", "BestEffort"))
+            node.add_other(f"o{i}", kind, rng.randint(1, max(1, numa_cpus // 4)))
+        else:
+            tp = rng.choice([t for t in (1, 1, 2, 4) if t <= s.numa_nodes])
+            cpu = rng.randint(1, max(2, numa_cpus * tp * 5 // 4))
+            sidecar = rng.choice((0, 0, 1, 2))
+            init = rng.choice((0, 0, 0, 2, numa_cpus))
+            node.judge(f"m{i}", model_pod(f"m{i}", tp, cpu, sidecar, init))
+    return node
