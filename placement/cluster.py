@@ -27,7 +27,8 @@ from placement.demand import (
 )
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
 from placement.kubelet import KPod, NodeError, kubelet_pod
-from placement.kubeletnode import is_kubelet_static, kubelet_node
+from placement.kubeletnode import kubelet_node
+from placement.kubeletnode import selected as kubelet_selected
 from placement.ledger import PLACEMENT, NodeLedger, Placed, Stamps
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
@@ -416,11 +417,12 @@ class ClusterState:
         topo, note = self._topology(node)
         if topo.source == "single-numa":
             self._note(note)
-        policy = policy_for_node(self.node_policies(), name, node.labels)
+        policy = None if kubelet_selected(self.settings, node.labels) else \
+            policy_for_node(self.node_policies(), name, node.labels)
         nrt = self.nrts.get(name)
         memory = numa_memory(node, nrt, topo.numa_count)
         records = [self.pods[u] for u in self._pods_on.get(name, ()) if u in self.pods]
-        if is_kubelet_static(self.settings, node.labels, policy is not None):
+        if policy is None:
             try:
                 kubelet = kubelet_node(self.settings, node.labels, topo, nrt, memory, node.capacity_cpu,
                                        node.allocatable_cpu)

@@ -32,6 +32,10 @@ class ConfigError(ValueError):
     """An invalid setting: names the key, the value and what is allowed."""
 
 
+# The label an operator puts on nodes whose kubelet runs the static CPU Manager (the default node group selects it).
+KUBELET_STATIC_LABEL = "model-manager.io/cpu-manager"
+
+
 class KubeletGroup(BaseModel):
     """A group of kubelet-static nodes and what no object announces about their kubelets (docs/configuration.md).
     The Topology Manager policy and scope are read from each node's NodeResourceTopology where it has one; these
@@ -109,8 +113,10 @@ class Settings(BaseModel):
     native_sidecar_memory: str = "128Mi"
     # An assumed pod (bound by us, not yet seen bound by the watch) is dropped after this long.
     assume_ttl_seconds: float = Field(default=30.0, gt=0)
-    # kubelet-static node groups, first match wins; a node no group selects gets the defaults of KubeletGroup.
-    kubelet_node_groups: tuple[KubeletGroup, ...] = ()
+    # kubelet-static node groups, first match wins: the nodes they select are pinned by the kubelet whatever
+    # BalloonsPolicy would apply, and so is every node no BalloonsPolicy applies to (with KubeletGroup's defaults).
+    kubelet_node_groups: tuple[KubeletGroup, ...] = (
+        KubeletGroup(name="static", node_selector={KUBELET_STATIC_LABEL: "static"}),)
 
     @field_validator("native_sidecar_cpu", "native_sidecar_memory")
     @classmethod

@@ -210,7 +210,7 @@ def shape_key(ledger: NodeLedger) -> tuple[Any, ...]:
     """What `fit` reads of a node that only a rebuild changes: its shape, its policy and the plugin's state."""
     nri_state = ledger.nri
     return (ledger.capacity, ledger.threads_per_core, id(nri_state.policy), nri_state.status, len(ledger.reserved),
-            ledger.shared_pool_cpus, ledger.numa_memory)
+            ledger.shared_pool_cpus, ledger.numa_memory, id(ledger.kubelet))
 
 
 def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
@@ -229,6 +229,11 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
                 ledger.leaving_key())
         if demand.shared_milli:
             key += (ledger.shared_growth(demand.namespace, demand.shared_milli),)
+    elif demand.policy == "kubelet-static" and ledger.kstate is not None:
+        # The kubelet's answer depends on which CPUs are free, not only how many, and on what its predicate sums.
+        state = ledger.kstate
+        key += (state.default, sum(c for c, _ in state.requested.values()),
+                None if state.memory is None else (state.memory.free, state.memory.count, state.memory.cells))
     elif demand.policy not in EXCLUSIVE_POLICIES:
         key += (ledger.shared_milli,)
     return key
@@ -258,6 +263,12 @@ def _fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strateg
         return _refuse(node, reasons.NoCpu(), False, fp)
     if policy == "kubelet-static":
         return _fit_kubelet(demand, ledger, node, fp, strategy)
+    if ledger.kubelet is not None and ledger.kstate is not None and demand.kpod is not None:
+        # The shared pool of a kubelet-static node: what the kubelet's resource predicate allows.
+        answer = kub.admit(ledger.kubelet, ledger.kstate, demand.kpod)
+        if isinstance(answer, kub.Rejected):
+            return _refuse(node, reasons.PoolTaken(fp), True, fp)
+        return Fit(node, None, True, (), _score(ledger, list(ledger.free()), strategy), fp, admitted=answer)
     return _fit_shared(ledger, node, fp, ledger.free(), strategy)
 
 
@@ -306,14 +317,6 @@ def _strategy_value(free_after: Sequence[int], capacity: Sequence[int], total: i
     used = total - sum(free_after)
     # MostAllocated packs, so whole NUMA nodes stay free for large models.
     return (total - used) / total if strategy == "LeastAllocated" else used / total
-
-
-def _most_free(free: tuple[int, ...], count: int) -> list[int]:
-    """The `count` NUMA nodes with the most free cores, ties to the lowest id: the balloons allocator's choice."""
-    if count == 1:
-        best = max(free)
-        return [free.index(best)]
-    return sorted(range(len(free)), key=lambda i: (-free[i], i))[:count]
 
 
 class _Empty(NamedTuple):
@@ -442,15 +445,20 @@ def _not_pinned(pod: kub.KPod | None, container: str) -> str | None:
     return None
 
 
-def _kubelet_detail(demand: ModelDemand, ledger: NodeLedger, node: kub.KubeletNode, state: kub.KState,
-                    answer: kub.Rejected, empty: bool) -> str:
+def _kubelet_detail(demand: ModelDemand, node: kub.KubeletNode, state: kub.KState, answer: kub.Rejected,
+                    empty: bool) -> str:
+    """What was asked and what the node has, in the kubelet's terms."""
     m = node.machine
     total = [(mask & ~node.reserved).bit_count() for mask in m.numa]
+    asked = demand.kpod.pod_cpus() if demand.kpod is not None and node.config.topology_scope == kub.POD \
+        else demand.cpus
+    if answer.reason != kub.TOPOLOGY_AFFINITY_ERROR:
+        return answer.message.removeprefix("Pod was rejected: ")
     if empty:
-        return f"{demand.cpus} CPUs; the largest NUMA node holds {max(total)} (nodes of this shape, even empty)"
+        return f"{asked} CPUs fit no NUMA node of nodes of this shape, the largest holds {max(total)}"
     free = kub.free_per_numa(node, state)
-    return f"{demand.cpus} CPUs asked; free " + ", ".join(f"NUMA {i}: {f} of {t}" for i, (f, t) in
-                                                         enumerate(zip(free, total)))
+    return f"{asked} CPUs fit no NUMA node now; free CPUs " + ", ".join(
+        f"NUMA {i}: {f} of {t}" for i, (f, t) in enumerate(zip(free, total)))
 
 
 def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footprint, strategy: str) -> Fit:
@@ -465,7 +473,7 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
     answer = empty if isinstance(empty, kub.Rejected) else kub.admit(node, state, pod)
     if isinstance(answer, kub.Rejected):
         never = answer is empty
-        detail = _kubelet_detail(demand, ledger, node, state, answer, never)
+        detail = _kubelet_detail(demand, node, state, answer, never)
         why_not = reasons.KubeletRejects(answer.reason, answer.message.removeprefix("Pod was rejected: "),
                                          node.config.describe(), detail)
         return _refuse(name, why_not, not never, fp)
@@ -476,9 +484,17 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
     tpc = ledger.threads_per_core
     per_numa = tuple((i, -(-n // tpc)) for i, n in enumerate(per_cpus) if n)
     split = span > demand.numa_nodes
-    # A placement the kubelet splits over more NUMA nodes than the model has ranks ranks below every local one.
-    score = 0 if split else max(1, _score(ledger, list(kub.free_cores(node, answer.state)), strategy))
+    # One NUMA node per rank first (2..10 by the strategy), then ranks sharing a NUMA node (1), then a model split
+    # over more NUMA nodes than it has ranks (0): vLLM binds rank i to the i-th NUMA node of its CPUs.
+    score = 0 if split else 1 if span < demand.numa_nodes else \
+        max(2, _score(ledger, list(kub.free_cores(node, answer.state)), strategy))
     return Fit(name, None, True, per_numa, score, fp, admitted=answer, split=split)
+
+
+def rank_local(demand: ModelDemand, result: Fit) -> bool:
+    """Does each of the model's ranks get a NUMA node of its own (kubelet-static: its CPUs span exactly as many NUMA
+    nodes as it has ranks)?"""
+    return result.admitted is None or len(result.per_numa) == demand.numa_nodes
 
 
 def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
@@ -521,7 +537,8 @@ def place(ledger: NodeLedger, uid: str, demand: ModelDemand, threads_per_core: i
     if not result.ok:
         return result
     if result.admitted is not None:
-        held = holding_for(uid, demand, result, ledger.topology.numa_count, assumed_at)
+        held = holding_for(uid, demand, result, ledger.topology.numa_count, assumed_at) \
+            if result.footprint is not None and result.footprint.exclusive else None
         ledger.kubelet_put(kub.rekey(result.admitted.state, demand.kpod.uid if demand.kpod else "", uid), held)
     elif result.footprint is not None and not result.footprint.exclusive:
         ledger.set_shared(uid, demand.cpu_milli, balloon)

@@ -22,8 +22,6 @@ from placement.config import KubeletGroup, Settings
 from placement.quantity import QuantityError, cpu_milli, memory_bytes
 from placement.topology import NUMA_ZONE, CPUSet, Topology
 
-_DEFAULT_GROUP = KubeletGroup(name="default")
-
 # NFD's deprecated `topologyPolicies` values (pkg/topologypolicy): the policy and the scope in one word.
 _DEPRECATED = {
     "SingleNUMANodeContainerLevel": (kub.SINGLE_NUMA_NODE, kub.CONTAINER),
@@ -50,15 +48,15 @@ def announced(nrt: Mapping[str, Any] | None) -> tuple[str, str] | None:
     return None
 
 
-def group_for(settings: Settings, labels: Mapping[str, str]) -> KubeletGroup:
-    return next((g for g in settings.kubelet_node_groups if g.selects(labels)), _DEFAULT_GROUP)
+def group_for(settings: Settings, labels: Mapping[str, str]) -> KubeletGroup | None:
+    return next((g for g in settings.kubelet_node_groups if g.selects(labels)), None)
 
 
-def is_kubelet_static(settings: Settings, labels: Mapping[str, str], has_balloons_policy: bool) -> bool:
-    """A node is pinned by the kubelet when no BalloonsPolicy applies to it, or when a node group's selector names
-    it. Node-feature-discovery announces a Topology Manager on balloons nodes too (the kubelet's, with the static
-    CPU Manager off), so its NodeResourceTopology alone says nothing about who pins."""
-    return not has_balloons_policy or any(g.node_selector and g.selects(labels) for g in settings.kubelet_node_groups)
+def selected(settings: Settings, labels: Mapping[str, str]) -> bool:
+    """A node group's selector names the node: its kubelet pins, whatever BalloonsPolicy would apply. Node-feature-
+    discovery announces a Topology Manager on balloons nodes too (the kubelet's, with the static CPU Manager off), so
+    its NodeResourceTopology alone says nothing about who pins."""
+    return any(g.node_selector and g.selects(labels) for g in settings.kubelet_node_groups)
 
 
 def _zone_cpus(nrt: Mapping[str, Any] | None) -> dict[int, tuple[int, int, int]]:
@@ -85,9 +83,7 @@ def zone_available(nrt: Mapping[str, Any] | None, numa_count: int) -> tuple[int,
     return tuple(zones[i][2] for i in range(numa_count))
 
 
-def _packages(group: KubeletGroup, nrt: Mapping[str, Any] | None, numa_count: int) -> int:
-    if group.packages is not None:
-        return group.packages
+def _packages(nrt: Mapping[str, Any] | None, numa_count: int) -> int:
     for zone in (nrt or {}).get("zones") or ():
         costs = [c.get("value") for c in zone.get("costs") or () if isinstance(c, Mapping)]
         values = [c for c in costs if isinstance(c, int)]
@@ -109,10 +105,11 @@ def _reserved_count(nrt: Mapping[str, Any] | None, capacity_cpu: str | None, all
 
 def kubelet_config(settings: Settings, labels: Mapping[str, str], nrt: Mapping[str, Any] | None,
                    capacity_cpu: str | None, allocatable_cpu: str | None) -> kub.KubeletConfig:
-    group = group_for(settings, labels)
+    named = group_for(settings, labels)
+    group = named or KubeletGroup(name="default")
     said = announced(nrt)
     policy, scope = said or (group.topology_manager_policy, group.topology_manager_scope)
-    source = "NodeResourceTopology" if said else (f"node group {group.name}" if group is not _DEFAULT_GROUP
+    source = "NodeResourceTopology" if said else (f"node group {group.name}" if named is not None
                                                     else "assumed: nothing announces it")
     reserved = CPUSet.parse(group.reserved_system_cpus) if group.reserved_system_cpus else None
     return kub.KubeletConfig(
@@ -134,4 +131,5 @@ def kubelet_node(settings: Settings, labels: Mapping[str, str], topology: Topolo
     """The node as its kubelet runs it. Raises kubelet.NodeError where the kubelet would not start."""
     config = kubelet_config(settings, labels, nrt, capacity_cpu, allocatable_cpu)
     group = group_for(settings, labels)
-    return _node(topology, _packages(group, nrt, topology.numa_count), tuple(memory), config)
+    packages = group.packages if group is not None and group.packages is not None else None
+    return _node(topology, packages or _packages(nrt, topology.numa_count), tuple(memory), config)

@@ -35,6 +35,7 @@ from placement.balloonspolicy import (
     policy_for_node,
 )
 from placement.cluster import ClusterState
+from placement.kubeletnode import selected as kubelet_selected
 from placement.ledger import NodeLedger
 from placement.quantity import QuantityError, cpu_milli
 from placement.topology import CPUSet, CPUSetError, Topology, reserved_from_spec
@@ -270,8 +271,9 @@ def _applies_to(policy: BalloonsPolicy, cluster: ClusterState) -> list[str]:
         return []
     others = [p for p in cluster.node_policies() if p.name != policy.name]
     candidates = [*others, policy]
-    return [name for name in sorted(cluster.nodes)
-            if policy_for_node(candidates, name, cluster.nodes[name].labels) is policy]
+    # Nodes a kubelet node group names run no balloons plugin.
+    return [name for name in sorted(cluster.nodes) if not kubelet_selected(cluster.settings, cluster.nodes[name].labels)
+            and policy_for_node(candidates, name, cluster.nodes[name].labels) is policy]
 
 
 def _why_no_node(name: str) -> str:

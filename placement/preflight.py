@@ -143,6 +143,13 @@ def preflight(
         if replicas == 1 and fits[-1].ok:
             break
     found = bool(fits) and fits[-1].ok and replicas == 1
+    if not found and resolution.policy in fitmod.EXCLUSIVE_POLICIES:
+        # In a fleet of balloons and kubelet-static nodes, the nodes the other agent pins are beside the point of
+        # every count and message, once some node runs the pod's own.
+        own = [i for i, ledger in enumerate(eligible) if (ledger.kubelet is not None) ==
+               (resolution.policy == "kubelet-static")]
+        if own and len(own) < len(eligible):
+            eligible, fits = [eligible[i] for i in own], [fits[i] for i in own]
     what = f"{demand.pod} (model container {demand.container!r}, {demand.cpus} CPUs, TP={demand.tp})"
     if not eligible:
         return _refused(NoEligibleNode(what, no_eligible_node(cluster, spec)))
@@ -164,10 +171,12 @@ def preflight(
             if found:
                 eligible = cluster.eligible(spec)
             return _refused(UnknownBalloonType(demand.pod, demand.balloon_type,
-                                               tuple(ledger.name for ledger in eligible),
+                                               tuple(ledger.name for ledger in eligible if ledger.nri.running),
                                                f"{cluster.settings.nri_balloon_prefix}{demand.tp}"))
         if resolution.reason == NRI_FALLBACK:
             notes = (f"{demand.pod} {fallback_text(demand)}",)
+    if found and resolution.policy == "kubelet-static" and not fitmod.rank_local(resolved, fits[-1]):
+        notes = (*notes, *_ranks_note(resolved, fits[-1], spec, cluster))
     if found:
         return Verdict(True, None, notes)
     ranked = rank(fits)
@@ -188,6 +197,29 @@ def preflight(
             return _refused(TooManyReplicas(demand.pod, placed, replicas, footprint, len(feasible), len(eligible)),
                             notes)
     return Verdict(True, None, notes)
+
+
+def _ranks_note(demand: ModelDemand, first: fitmod.Fit, spec: Mapping[str, Any], cluster: ClusterState
+                ) -> tuple[str, ...]:
+    """A warning when no node the kubelet admits the pod on gives each rank a NUMA node of its own (vLLM's
+    VLLM_CPU_OMP_THREADS_BIND=auto binds rank i to the i-th NUMA node of the container's CPUs)."""
+    for candidate in cluster.iter_eligible(spec):
+        other = cluster.fit_admission(demand, candidate)
+        if other.ok and fitmod.rank_local(demand, other):
+            return ()
+    span = len(first.per_numa)
+    ledger = cluster.ledger(first.node)
+    agent = ledger.agent() if ledger is not None else "kubelet"
+    if span < demand.numa_nodes:
+        effect = (f"its {demand.numa_nodes} ranks share {span} NUMA node{'s' if span > 1 else ''}: the kubelet spans "
+                  "more NUMA nodes only for a request larger than one holds")
+        change = ("use model-manager.io/cpu-policy: nri-balloons (a balloon per rank), or lower the ranks in this pod "
+                  "(tensor-parallel-size / data-parallel-size)")
+    else:
+        effect = f"its CPUs span {span} NUMA nodes for {demand.numa_nodes} rank{'s' if demand.numa_nodes > 1 else ''}"
+        change = "request at most one NUMA node's CPUs per rank, or use model-manager.io/cpu-policy: nri-balloons"
+    return (f"{demand.pod}: under the kubelet's static CPU Manager ({agent}) {effect}, so vLLM's per-rank binding "
+            f"(VLLM_CPU_OMP_THREADS_BIND=auto) is not NUMA-local on any node it fits now. To change: {change}.",)
 
 
 def no_eligible_node(cluster: ClusterState, spec: Mapping[str, Any]) -> str:
@@ -266,8 +298,11 @@ def _preemption_room(demand: ModelDemand, priority: int, eligible: Sequence[Node
 
 def _explain_no_fit(demand: ModelDemand, eligible: Sequence[NodeLedger], ranked: Sequence[fitmod.Fit],
                     cluster: ClusterState) -> Verdict:
-    # Nodes with too few NUMA nodes are beside the point once some node has enough.
+    # Nodes with too few NUMA nodes are beside the point once some node has enough, and so are nodes another agent
+    # pins (a balloons pod on kubelet-static nodes, or the reverse) once some node runs the pod's.
     ranked = [f for f in ranked if f.check != reasons.TP_EXCEEDS_NUMA] or list(ranked)
+    ranked = [f for f in ranked if not isinstance(f.why, (reasons.NoBalloonsPolicy, reasons.NotKubeletNode))] \
+        or list(ranked)
     by_node = {ledger.name: ledger for ledger in eligible}
     eligible = [by_node[f.node] for f in ranked]
     resolvable = [f for f in ranked if f.resolvable]

@@ -216,16 +216,6 @@ class TypeSpansFewer(NamedTuple):
                 f"{self.tp * self.pp * self.dp}, one per rank")
 
 
-class StaticExceedsNode(NamedTuple):
-    footprint: Described
-    cores: int  # model cores of the node
-
-    check: str = FOOTPRINT_EXCEEDS_NODE
-
-    def text(self) -> str:
-        return f"needs {self.footprint.describe()}; nodes of this shape have {self.cores} model cores even when empty"
-
-
 class NotKubeletNode(NamedTuple):
     """A kubelet-static pod offered a node whose CPUs the NRI balloons plugin pins."""
 
@@ -259,7 +249,7 @@ class KubeletRejects(NamedTuple):
     check: str = KUBELET_REJECTS
 
     def text(self) -> str:
-        return f"the kubelet ({self.config}) would reject the pod with {self.reason}: {self.detail}"
+        return f"the kubelet ({self.config}) would fail the pod with {self.reason}: {self.detail}"
 
 
 # What the pods on the node decide: evicting some could make room.
@@ -367,15 +357,6 @@ class NoFreeMemory(NamedTuple):
                 f"put it on {_numa_nodes(self.numa)}")
 
 
-class CoresTaken(NamedTuple):
-    footprint: Described  # kubelet-static
-
-    check: str = INSUFFICIENT_FREE
-
-    def text(self) -> str:
-        return f"needs {self.footprint.describe()} free"
-
-
 class PoolTaken(NamedTuple):
     footprint: Described  # best-effort, from the shared pool
 
@@ -421,8 +402,8 @@ class AlreadyBound(NamedTuple):
 
 Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
-          | MemoryExceedsNuma | TypeSpansFewer | StaticExceedsNode | MaxBalloons | SharesBalloon | RanksCrowded
-          | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | SidecarsNoRoom | NoFreeMemory | CoresTaken
+          | MemoryExceedsNuma | TypeSpansFewer | MaxBalloons | SharesBalloon | RanksCrowded
+          | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | SidecarsNoRoom | NoFreeMemory
           | PoolTaken | Unsettled | UnknownNode | AlreadyBound | NotKubeletNode | NotPinned | KubeletRejects)
 
 

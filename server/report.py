@@ -6,6 +6,7 @@ import sys
 import textwrap
 from typing import Any
 
+from placement import kubelet as kub
 from placement.cluster import ClusterState
 from placement.ledger import NodeLedger
 from placement.reasons import fmt_bytes
@@ -59,6 +60,13 @@ def row(values: list[str]) -> list[str]:
 def describe_node(ledger: NodeLedger) -> str:
     topo = ledger.topology
     cores = len(topo.numa_nodes[0].cores) if topo.numa_nodes else 0
+    if ledger.kubelet is not None and ledger.kstate is not None:
+        free = kub.free_per_numa(ledger.kubelet, ledger.kstate)
+        return (f"{ledger.name}: {plural(topo.numa_count, 'NUMA node')} × {plural(cores, 'core')} × "
+                f"{plural(ledger.threads_per_core, 'thread')} (topology from {topo.source}); {ledger.agent()}, CPU "
+                f"Manager options {', '.join(sorted(ledger.kubelet.config.cpu_options)) or 'none'}, Memory Manager "
+                f"{ledger.kubelet.config.memory_policy}; reserved {ledger.reserved}; free CPUs "
+                + ", ".join(f"NUMA {i}: {f}" for i, f in enumerate(free)))
     nri = ledger.nri
     policy = f"BalloonsPolicy {nri.policy.namespace}/{nri.policy.name}" if nri.policy else "no BalloonsPolicy"
     status = "" if nri.running else f", NRI {nri.status or 'absent'}"

@@ -101,7 +101,7 @@ async def test_validate_admits_exactly_when_filter_finds_a_node(fleet: str, demo
                 why[kind] = why.get(kind, 0) + 1
             if not verdict["allowed"] and len(unoffered) == len(names):
                 # Refused because kube-scheduler offers it nothing: the refusal says so, with the reasons.
-                assert verdict["status"]["message"].count("kube-scheduler would offer it none of the 7 nodes"), message
+                assert verdict["status"]["message"].count("kube-scheduler would offer it none of the 9 nodes"), message
                 pinned = [r for r in unoffered.values() if "metadata.name In" not in r]  # a pin is named last
                 assert max(pinned or unoffered.values(), key=list(unoffered.values()).count) in message, message
             tolerated += any(n in demo.nodes and demo.nodes[n].taints for n in feasible)

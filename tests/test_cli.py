@@ -23,7 +23,7 @@ def test_report_table_shows_every_node_and_numa_node() -> None:
     assert out.returncode == 0, out.stderr
     text = out.stdout
     ledgers = json.loads(run("report", "-o", "json").stdout)
-    assert len(ledgers) == 7
+    assert len(ledgers) == 9
     for ledger in ledgers:  # the table says what the ledger holds
         assert f"{ledger['node']}: {ledger['topology']['numa_nodes']} NUMA nodes" in text
         assert ledger["reserved"]["cpuset"] in text
@@ -54,8 +54,8 @@ def test_render_admits_and_ranks_the_tp1_kserve_pod() -> None:
     assert sorted(excluded) == ["cpu-icx", "cpu-nosmt"]
     assert excluded["cpu-icx"].startswith("no AMX (the node has no label ")
     assert "cpu-hardware_multithreading NotIn false" in excluded["cpu-nosmt"]
-    assert sorted(named + list(excluded)) == ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-nosmt",
-                                              "cpu-snc4"]
+    assert sorted(named + list(excluded)) == ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-ks1",
+                                              "cpu-ks2", "cpu-nosmt", "cpu-snc4"]
 
 
 def test_render_refuses_the_tp4_pod_with_numbers_and_exit_code() -> None:

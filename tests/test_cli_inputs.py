@@ -333,7 +333,7 @@ def test_cluster_file_as_json(tmp_path: Path) -> None:
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": demo_items()}))
     out = run("report", "-o", "json", "--cluster", str(path))
     assert out.returncode == 0, out.stderr
-    assert len(json.loads(out.stdout)) == 7 and out.stderr == ""  # a real file: no demo notice
+    assert len(json.loads(out.stdout)) == 9 and out.stderr == ""  # a real file: no demo notice
 
 
 # -- render's input --------------------------------------------------------------------------------------
@@ -348,7 +348,7 @@ def test_render_reads_stdin_and_names_the_demo_fleet() -> None:
     out = run("render", "-", "-o", "json", stdin=TP1.read_text())
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)[0]["verdict"]["allowed"] is True
-    assert "model-placement: using the bundled demo fleet (7 invented nodes, not your cluster)" in out.stderr
+    assert "model-placement: using the bundled demo fleet (9 invented nodes, not your cluster)" in out.stderr
 
 
 def test_render_invalid_tp_is_refused_like_the_server() -> None:
@@ -379,8 +379,9 @@ def test_render_cites_each_refused_nodes_own_free_cores() -> None:
     [a2] = [line for line in lines if line.startswith("cpu-a2 ")]
     # report: cpu-full has 3 cores free on NUMA node 0 and 1 on NUMA node 1, cpu-a2 13 and 29; the reason itself is
     # what kube-scheduler is told for the class (the most any such node has), the node's own figures follow it.
-    assert full.split(" x ")[0].endswith("[this node has free: NUMA 0: 3, NUMA 1: 1 cores]"), full
-    assert a2.endswith("[this node has free: NUMA 0: 13, NUMA 1: 29 cores]"), a2
+    assert full.split(" x ")[0].endswith(
+        "[this node has free: NUMA 0: 3, NUMA 1: 1 cores; NRI balloons: kube-system/node.cpu-full]"), full
+    assert a2.endswith("[this node has free: NUMA 0: 13, NUMA 1: 29 cores; NRI balloons: kube-system/node.cpu-a2]"), a2
 
 
 def test_render_unparsable_cpu_gets_no_balloon() -> None:

@@ -34,7 +34,7 @@ def test_every_node_with_its_numbers_and_the_change_that_would_fit(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     nodes = {n["node"]: n for n in answer["nodes"]}
-    assert answer["pod"] == "llm-inference/big-model" and len(nodes) == 7
+    assert answer["pod"] == "llm-inference/big-model" and len(nodes) == 9
     assert nodes["cpu-a1"]["fits"] and nodes["cpu-a1"]["change"].startswith("fits now (NUMA 0: 24 cores")
     # Full now: the fewest pods to evict, by name, on the NUMA node it would get.
     full = nodes["cpu-full"]

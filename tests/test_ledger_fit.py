@@ -4,6 +4,7 @@ scores, and the invariants under any sequence of place / release / assume."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -14,6 +15,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from placement import fit as fitmod
+from placement import kubelet as kub
 from placement import reasons
 from placement.assume import AssumeCache
 from placement.balloons import node_balloons_policy
@@ -199,12 +201,39 @@ def test_scores_by_strategy() -> None:
     assert fitmod.fit(demand(60, tp=2), fresh, 2, "BalancedAllocation").score == 10
 
 
-def test_kubelet_static_prefers_one_numa_node_then_spreads() -> None:
-    led = ledger([16, 16])
-    one = fitmod.place(led, "a", demand(20, policy="kubelet-static"), 2, "MostAllocated")
-    assert one.per_numa == ((0, 10),)
-    spread = fitmod.fit(demand(40, policy="kubelet-static"), led, 2, "MostAllocated")
-    assert spread.ok and sum(c for _, c in spread.per_numa) == 20 and len(spread.per_numa) == 2
+def kubelet_ledger(cores_per_numa: list[int], topology_policy: str, tpc: int = 2) -> NodeLedger:
+    """A kubelet-static node of this shape: 2 CPUs reserved (the lowest core), full-pcpus-only."""
+    topo = linux_layout(cores_per_numa, tpc, "labels")
+    node = kub.kubelet_node(kub.machine(topo, len(cores_per_numa), ()),
+                            kub.KubeletConfig(topology_policy=topology_policy, topology_scope=kub.CONTAINER,
+                                              reserved_count=2))
+    return NodeLedger("n1", topo, kub.cpuset(node.reserved), "test", {}, NodeNRI(None, None), kubelet=node)
+
+
+def kubelet_demand(cpus: int, tp: int = 1) -> ModelDemand:
+    spec = {"containers": [{"name": "main", "resources": {"limits": {"cpu": str(cpus), "memory": "8Gi"}}}]}
+    return dataclasses.replace(demand(cpus, tp, policy="kubelet-static"), kpod=kub.kubelet_pod("", spec))
+
+
+def test_kubelet_static_follows_the_topology_manager_policy() -> None:
+    # 2 NUMA nodes of 16 cores x 2 threads; CPUs 0 and 32 reserved. 20 CPUs fit one NUMA node: the lowest id.
+    for policy in ("single-numa-node", "restricted", "best-effort"):
+        led = kubelet_ledger([16, 16], policy)
+        one = fitmod.place(led, "a", kubelet_demand(20), 2, "MostAllocated")
+        assert one.ok and one.per_numa == ((0, 10),), policy
+    # 40 CPUs are more than one NUMA node holds: single-numa-node always fails it, never a node to offer...
+    snn = fitmod.fit(kubelet_demand(40), kubelet_ledger([16, 16], "single-numa-node"), 2, "MostAllocated")
+    assert not snn.ok and not snn.resolvable and snn.why is not None and "TopologyAffinityError" in snn.reason
+    # ...restricted spans the two, and a TP=1 model split over two NUMA nodes ranks below every local placement.
+    split = fitmod.fit(kubelet_demand(40), kubelet_ledger([16, 16], "restricted"), 2, "MostAllocated")
+    assert split.ok and split.split and split.score == 0 and len(split.per_numa) == 2
+    # NUMA 0 holds 20 of its 30 free CPUs: a second 20 fits only NUMA 1, and a third no single NUMA node now.
+    led = kubelet_ledger([16, 16], "single-numa-node")
+    fitmod.place(led, "a", kubelet_demand(20), 2, "MostAllocated")
+    second = fitmod.place(led, "b", kubelet_demand(20), 2, "MostAllocated")
+    assert second.per_numa == ((1, 10),)
+    third = fitmod.fit(kubelet_demand(20), led, 2, "MostAllocated")
+    assert not third.ok and third.resolvable and "fit no NUMA node now" in third.reason
 
 
 # -- property: any sequence of place / release / assume ---------------------------------------------

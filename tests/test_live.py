@@ -31,7 +31,7 @@ def test_report_and_render_read_the_live_cluster_as_they_read_a_file(fake_demo: 
     config = str(kubeconfig(tmp_path, fake_demo.url))
     live = json.loads(cli("report", "--kubeconfig", config, "-o", "json").stdout)
     offline = json.loads(cli("report", "-o", "json").stdout)
-    assert live == offline and len(live) == 7
+    assert live == offline and len(live) == 9
     rendered = json.loads(cli("render", "examples/deployment-tp2.yaml", "--kubeconfig", config, "-o", "json").stdout)
     assert rendered == json.loads(cli("render", "examples/deployment-tp2.yaml", "-o", "json").stdout)
     # The live answer follows the live cluster: take cpu-b1 away and it is no longer ranked.

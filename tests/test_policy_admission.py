@@ -237,7 +237,7 @@ async def test_a_plain_tp2_type_is_admitted_with_a_warning(wh: Webhook) -> None:
     # The example shipped now is the generated policy: nothing to warn about but where it applies.
     example = yaml.safe_load((Path(__file__).parent.parent / "manifests/examples/balloonspolicy.yaml").read_text())
     answer = await wh.validate(policy_review(example, "CREATE"))
-    assert answer.allowed and "spans" not in answer.warning_text
+    assert answer.allowed and "spans" not in answer.warning_text, (answer.message, answer.warning_text)
 
 
 async def test_a_policy_no_node_takes_is_admitted_with_a_warning(wh: Webhook) -> None:

@@ -48,8 +48,6 @@ CASES: list[tuple[r.Reason, str, str]] = [
      "TP=2 pins 200Gi of memory to each of its 2 NUMA nodes (pinMemory); nodes of this shape have 1.5Gi"),
     (r.TypeSpansFewer("vllm", 1, 2, 1, 1), r.RANKS_SHARE_NUMA,
      "balloon type vllm puts the model on 1 NUMA node but its TP=2 needs 2, one per rank"),
-    (r.StaticExceedsNode(STATIC, 4), r.FOOTPRINT_EXCEEDS_NODE,
-     "needs kubelet-static: 6 whole cores (12 CPUs); nodes of this shape have 4 model cores even when empty"),
     (r.MaxBalloons("vllm", 2), r.MAX_BALLOONS,
      "maxBalloons=2 vllm balloons already run here; the plugin would put this model into one of them, sharing its "
      "cores"),
@@ -83,7 +81,16 @@ CASES: list[tuple[r.Reason, str, str]] = [
      "needs 48Gi free memory on each of its NUMA nodes (pinMemory); the plugin would put it on NUMA nodes 0, 2"),
     (r.NoFreeMemory(5 * 2**30, (1,)), r.INSUFFICIENT_FREE_MEMORY,
      "needs 5Gi free memory on each of its NUMA nodes (pinMemory); the plugin would put it on NUMA node 1"),
-    (r.CoresTaken(STATIC), r.INSUFFICIENT_FREE, "needs kubelet-static: 6 whole cores (12 CPUs) free"),
+    (r.KubeletRejects("TopologyAffinityError", "Resources cannot be allocated with Topology locality",
+                      "Topology Manager single-numa-node, scope container",
+                      "40 CPUs fit no NUMA node of nodes of this shape, the largest holds 32"), r.KUBELET_REJECTS,
+     "the kubelet (Topology Manager single-numa-node, scope container) would fail the pod with TopologyAffinityError: "
+     "40 CPUs fit no NUMA node of nodes of this shape, the largest holds 32"),
+    (r.NotKubeletNode(), r.NOT_KUBELET_NODE,
+     "kubelet-static pod, but the NRI balloons plugin pins CPUs on these nodes (set model-manager.io/cpu-policy: "
+     "nri-balloons, or schedule it to a kubelet-static node group)"),
+    (r.NotPinned("its CPU request is not a whole number"), r.NOT_PINNED,
+     "the kubelet's static CPU Manager pins no CPU for the model container: its CPU request is not a whole number"),
     (r.PoolTaken(SHARED), r.INSUFFICIENT_FREE,
      "needs best-effort: 3 CPUs from the shared pool, more than is unclaimed"),
     (r.Unsettled(r.MaxBalloons("vllm", 1)), r.MAX_BALLOONS,

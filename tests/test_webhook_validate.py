@@ -42,7 +42,7 @@ from webhook.review import WARNING_MAX, WARNINGS_TOTAL, ReviewError, parse_revie
 from webhook.routes import TIMINGS, Context, mutate_review, validate_review
 
 MESSAGE = "cpu-policy.model-manager.io/message"
-DEMO_ELIGIBLE = "the 6 eligible nodes"  # the AMX nodes: all but cpu-icx
+DEMO_ELIGIBLE = "the 8 eligible nodes"  # the AMX nodes: all but cpu-icx
 
 
 
@@ -125,7 +125,7 @@ async def test_tp_larger_than_every_eligible_numa_count_names_the_largest_and_th
     # Eligible nodes are those the pod may use: without the AMX requirement, cpu-icx counts too.
     no_amx = kserve("tp-8-no-amx", **{"model-manager.io/tensor-parallel-size": "8",
                                       "model-manager.io/require-amx": "false"})
-    refused(await admitted(wh, no_amx), "the 7 eligible nodes have at most 4")
+    refused(await admitted(wh, no_amx), "the 9 eligible nodes have at most 4")
 
 
 async def test_footprint_larger_than_any_empty_node_says_how_much_would_fit(wh: Webhook) -> None:

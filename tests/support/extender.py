@@ -17,7 +17,7 @@ from tests.support.servers import Served
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 
 
-DEMO_NODES = ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-nosmt", "cpu-snc4"]
+DEMO_NODES = ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-full", "cpu-icx", "cpu-ks1", "cpu-ks2", "cpu-nosmt", "cpu-snc4"]
 
 
 TP_ANN = "cpu-policy.model-manager.io/tensor-parallel-size"
