@@ -30,8 +30,8 @@ import (
 	"math"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -144,6 +144,7 @@ type node struct {
 	mem       memorymanager.Policy // nil under the None policy, whose hints and allocations are empty
 	memState  memstate.State
 	predicate lifecycle.PodAdmitHandler
+	resources podresourcesv1.PodResourcesListerServer
 	pods      []*v1.Pod // admitted and not removed, in admission order (the kubelet's active pods)
 	self      *v1.Node
 }
@@ -447,6 +448,10 @@ func start(cfg nodeLine) (*node, error) {
 		func(context.Context, bool) (*v1.Node, error) { return n.self, nil },
 		lifecycle.NewAdmissionFailureHandlerStub(),
 		func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error { return nil })
+	n.resources = podresources.NewV1PodResourcesServer(context.Background(), podresources.PodResourcesProviders{
+		Pods: podsProvider{n}, Devices: noDevices{}, Cpus: cpusProvider{n}, Memory: memoryResources{n},
+		DynamicResources: noDynamicResources{},
+	})
 	return n, nil
 }
 
@@ -583,7 +588,7 @@ func (n *node) memoryNUMA(uid, name string) []int {
 			}
 		}
 	}
-	sort.Ints(numa)
+	slices.Sort(numa)
 	return numa
 }
 
@@ -603,15 +608,11 @@ func (n *node) reserved() cpuset.CPUSet {
 // podResources answers as the kubelet's podresources v1 server (its own List and GetAllocatableResources), with
 // the container manager's providers: the CPU Manager's exclusive and allocatable CPUs, the Memory Manager's blocks.
 func (n *node) podResources() map[string]any {
-	server := podresources.NewV1PodResourcesServer(context.Background(), podresources.PodResourcesProviders{
-		Pods: podsProvider{n}, Devices: noDevices{}, Cpus: cpusProvider{n}, Memory: memoryResources{n},
-		DynamicResources: noDynamicResources{},
-	})
-	listed, err := server.List(context.Background(), &podresourcesv1.ListPodResourcesRequest{})
+	listed, err := n.resources.List(context.Background(), &podresourcesv1.ListPodResourcesRequest{})
 	if err != nil {
 		return map[string]any{"error": err.Error()}
 	}
-	allocatable, err := server.GetAllocatableResources(context.Background(), &podresourcesv1.AllocatableResourcesRequest{})
+	allocatable, err := n.resources.GetAllocatableResources(context.Background(), &podresourcesv1.AllocatableResourcesRequest{})
 	if err != nil {
 		return map[string]any{"error": err.Error()}
 	}
@@ -642,6 +643,13 @@ func memoryOut(blocks []*podresourcesv1.ContainerMemory) []memoryWire {
 		}
 		out = append(out, w)
 	}
+	// The API's order is a map's: sorted (by NUMA nodes, then type) so answers compare.
+	slices.SortFunc(out, func(a, b memoryWire) int {
+		if c := slices.Compare(a.NUMA, b.NUMA); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Type, b.Type)
+	})
 	return out
 }
 
