@@ -60,7 +60,7 @@ import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -202,46 +202,19 @@ def policy_object(policy: dict[str, Any]) -> dict[str, Any]:
     return with_defaults(obj, crd_schema())
 
 
-class BalloonsPeer:
-    """One node's plugin. Its policy is `policy` (a file the agent watches, as the oracle plays it), or, given
-    `node` and `kubeconfig`, whichever BalloonsPolicy the plugin's own agent picks for that Node in the cluster
-    (the virtual nodes of tests/e2e); `log` keeps the plugin's log there instead of a temporary file."""
+class LinePeer:
+    """A Go peer of ours that answers one JSON object a line for each it reads, in order. It runs in its own
+    session (a test's teardown kills the group; if this process dies first, its stdin closes and the peer exits by
+    itself), its stderr kept in `log` for the error messages; closing it always kills and reaps it."""
 
-    def __init__(self, shape: NodeShape, policy: dict[str, Any] | None = None, *, node: str | None = None,
-                 kubeconfig: Path | None = None, log: Path | None = None, timeout: float = 120) -> None:
-        if (policy is None) == (kubeconfig is None and node is None) or (kubeconfig is None) != (node is None):
-            raise ValueError("a peer's policy is a BalloonsPolicy, or a node and the kubeconfig its agent reads one with")
-        self.shape = shape
+    name = "Go"
+
+    def __init__(self, argv: list[str], log: IO[bytes], *, env: dict[str, str] | None = None,
+                 timeout: float = 120) -> None:
         self.timeout = timeout
-        executable = binary()  # first: the build brings the module the CRD defaults are read from
-        # A node's sysfs is thousands of small files: in memory when the machine has a tmpfs for it.
-        self._dir = tempfile.TemporaryDirectory(prefix="balloons-node-", dir=SHM if os.access(SHM, os.W_OK) else None)
-        root = write_sysfs(Path(self._dir.name) / "host", shape)
-        env = {**os.environ, "TMPDIR": self._dir.name}  # its socket dir goes with ours
-        if policy is not None:
-            config = Path(self._dir.name) / "policy" / "policy.yaml"  # alone in its directory: the agent watches it
-            config.parent.mkdir()
-            config.write_text(yaml.safe_dump(policy_object(policy)))
-            source = ["-config-file", str(config)]
-        else:
-            source, env["NODE_NAME"] = ["-kubeconfig", str(kubeconfig)], str(node)
-        self._stderr = open(log or Path(self._dir.name) / "stderr", "w+b")
-        # Its own session: a test's teardown kills the group; if this process dies first, its stdin closes and
-        # the peer exits by itself.
-        self.proc = subprocess.Popen([str(executable), "-host-root", str(root), *source],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
+        self._stderr = log
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
                                      start_new_session=True)
-        try:
-            hello = self._read()
-        except PeerError:
-            self.close()
-            raise
-        if not hello.get("ready"):
-            self.close()
-            raise PolicyRefused(hello.get("error") or "the plugin refused the policy")
-
-    def __enter__(self) -> BalloonsPeer:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -254,7 +227,6 @@ class BalloonsPeer:
             if stream is not None:
                 stream.close()
         self._stderr.close()
-        self._dir.cleanup()
 
     def log_tail(self, lines: int = 20) -> str:
         self._stderr.flush()
@@ -269,18 +241,65 @@ class BalloonsPeer:
         reader.join(self.timeout)
         if reader.is_alive():
             self.proc.kill()
-            raise PeerError(f"the balloons peer did not answer within {self.timeout} s; its log ends:\n{self.log_tail()}")
+            raise PeerError(f"the {self.name} peer did not answer within {self.timeout} s; its log ends:\n{self.log_tail()}")
         if not line or not line[0]:
             self.proc.wait(10)
-            raise PeerError(f"the balloons peer exited ({self.proc.returncode}); its log ends:\n{self.log_tail()}")
+            raise PeerError(f"the {self.name} peer exited ({self.proc.returncode}); its log ends:\n{self.log_tail()}")
         return json.loads(line[0])
+
+    def send(self, message: dict[str, Any]) -> dict[str, Any]:
+        """One round trip: message out, its answer back."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+
+class BalloonsPeer(LinePeer):
+    """One node's plugin. Its policy is `policy` (a file the agent watches, as the oracle plays it), or, given
+    `node` and `kubeconfig`, whichever BalloonsPolicy the plugin's own agent picks for that Node in the cluster
+    (the virtual nodes of tests/e2e); `log` keeps the plugin's log there instead of a temporary file."""
+
+    name = "balloons"
+
+    def __init__(self, shape: NodeShape, policy: dict[str, Any] | None = None, *, node: str | None = None,
+                 kubeconfig: Path | None = None, log: Path | None = None, timeout: float = 120) -> None:
+        if (policy is None) == (kubeconfig is None and node is None) or (kubeconfig is None) != (node is None):
+            raise ValueError("a peer's policy is a BalloonsPolicy, or a node and the kubeconfig its agent reads one with")
+        self.shape = shape
+        executable = binary()  # first: the build brings the module the CRD defaults are read from
+        # A node's sysfs is thousands of small files: in memory when the machine has a tmpfs for it.
+        self._dir = tempfile.TemporaryDirectory(prefix="balloons-node-", dir=SHM if os.access(SHM, os.W_OK) else None)
+        root = write_sysfs(Path(self._dir.name) / "host", shape)
+        env = {**os.environ, "TMPDIR": self._dir.name}  # its socket dir goes with ours
+        if policy is not None:
+            config = Path(self._dir.name) / "policy" / "policy.yaml"  # alone in its directory: the agent watches it
+            config.parent.mkdir()
+            config.write_text(yaml.safe_dump(policy_object(policy)))
+            source = ["-config-file", str(config)]
+        else:
+            source, env["NODE_NAME"] = ["-kubeconfig", str(kubeconfig)], str(node)
+        super().__init__([str(executable), "-host-root", str(root), *source],
+                         open(log or Path(self._dir.name) / "stderr", "w+b"), env=env, timeout=timeout)
+        try:
+            hello = self._read()
+        except PeerError:
+            self.close()
+            raise
+        if not hello.get("ready"):
+            self.close()
+            raise PolicyRefused(hello.get("error") or "the plugin refused the policy")
+
+    def __enter__(self) -> BalloonsPeer:
+        return self
+
+    def close(self) -> None:
+        super().close()
+        self._dir.cleanup()
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """One protocol round trip; raises PeerError for an error that is not the plugin's verdict."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"op": op, **fields}).encode() + b"\n")
-        self.proc.stdin.flush()
-        return self._read()
+        return self.send({"op": op, **fields})
 
     def _checked(self, op: str, **fields: Any) -> dict[str, Any]:
         answer = self.request(op, **fields)

@@ -35,6 +35,7 @@ var commands = map[string]func() int{
 	"kube-controller-manager": func() int { return cli.Run(controllermanager.NewControllerManagerCommand()) },
 	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
 	"kubectl":                 runKubectl,
+	"kubelet":                 runKubelet,
 }
 
 func main() {
@@ -46,7 +47,7 @@ func main() {
 	}
 	run, ok := commands[name]
 	if !ok {
-		fmt.Fprintln(os.Stderr, "usage: kube etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubectl [args]")
+		fmt.Fprintln(os.Stderr, "usage: kube etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet [args]")
 		os.Exit(2)
 	}
 	os.Exit(run())
