@@ -308,7 +308,8 @@ def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> None:
     known = placed is not None and placed.node == ledger.name and bool(placed.cpus)
     if known and placed is not None:
         cpus = {name: kub.mask_of(c) for name, c in placed.cpus}
-        after = kub.place_known(state, rec.uid, cpus, requested)
+        memory = {name: kub.Block(numa, charged, size) for name, numa, charged, size in placed.memory}
+        after = kub.place_known(state, rec.uid, cpus, requested, memory)
     else:
         answer = kub.admit(node, state, kpod)
         if isinstance(answer, kub.Admitted):
@@ -342,23 +343,20 @@ def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> None:
 def build_kubelet_ledger(name: str, labels: Mapping[str, str], topo: Topology, node: kub.KubeletNode,
                          nrt: Mapping[str, Any] | None, numa_memory: tuple[int, ...], records: Iterable[Record],
                          stamps: Stamps, log: Log) -> NodeLedger:
-    """A kubelet-static node's ledger: its pods of known CPUs first, the others replayed in the order they came;
-    then, where node-feature-discovery publishes fewer free CPUs on a NUMA node than that leaves, the difference is
-    held too (observed beats predicted: pods placed where the replay did not foresee, or unseen)."""
+    """A kubelet-static node's ledger: its pods in the order they came, each where its persisted placement says, else
+    where the kubelet would have put it then (a guess: the kubelet's choice depends on pods since gone too); then
+    the free CPUs per NUMA node that node-feature-discovery publishes are the truth for the pods of unknown
+    placement (observed beats predicted)."""
     ledger = NodeLedger(name, topo, kub.cpuset(node.reserved), f"kubelet ({node.config.source})", labels,
                         NodeNRI(None, None), stamps=stamps, numa_memory=numa_memory, kubelet=node)
-    for rec in sorted(records, key=lambda r: (not (r.placed and r.placed.cpus), r.created, r.namespace, r.name)):
+    unknown = []
+    for rec in sorted(records, key=lambda r: (r.created, r.namespace, r.name)):
         account_kubelet(ledger, rec, log)
+        if not (rec.placed and rec.placed.node == name and rec.placed.cpus) and rec.kpod and rec.kpod.exclusive:
+            unknown.append(rec.uid)
     published = kubeletnode.zone_available(nrt, topo.numa_count)
-    state = ledger.kstate
-    if published is not None and state is not None:
-        unseen = 0
-        avail = kub.available(node, state)
-        for numa, (ours, theirs) in enumerate(zip(kub.free_per_numa(node, state), published)):
-            if theirs < ours:
-                unseen |= kub.take_packed(node.machine, avail & node.machine.numa[numa], ours - theirs) or 0
-        if unseen:
-            ledger.kubelet_put(kub.place_known(state, UNSEEN, {"": unseen}, (0, 0)))
+    if published is not None and ledger.kstate is not None:
+        ledger.kubelet_put(kub.reconcile(node, ledger.kstate, published, unknown, UNSEEN))
     return ledger
 
 

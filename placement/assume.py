@@ -33,7 +33,8 @@ class AssumeCache:
         result = cluster.fit(demand, ledger)
         if not result.ok:
             return result
-        placed = None if result.unknown else Placed(node, result.per_numa, result.types, fitmod.placed_cpus(result))
+        placed = None if result.unknown else Placed(node, result.per_numa, result.types, fitmod.placed_cpus(result),
+                                                         fitmod.placed_memory(result))
         cluster.put(PodRecord(uid, namespace, name, node, "Pending", old.created if old else "", demand,
                               old.shared_milli if old else None, assumed_at=now, priority=old.priority if old else 0,
                               placed=placed, kpod=demand.kpod._replace(uid=uid) if demand.kpod else None))

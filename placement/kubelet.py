@@ -494,16 +494,28 @@ def _release_memory(mem: MemoryState, blocks: Mapping[str, tuple[int, int]]) -> 
     return MemoryState(tuple(free), tuple(count), tuple(cells), mem.allocatable, mem.blocks)
 
 
+def _charge(free: list[int], count: list[int], cells: list[int], mask: int, size: int) -> None:
+    """updateMachineState: the block's NUMA nodes form one group, and its bytes come from them in order."""
+    for i in bits(mask):
+        count[i] += 1
+        cells[i] = mask
+        if size and free[i] > 0:
+            take = min(free[i], size)
+            free[i] -= take
+            size -= take
+
+
 class _MemoryPass:
     """One pod's admission on a scratch copy of the Memory Manager's machine state."""
 
-    __slots__ = ("allocatable", "blocks", "cells", "count", "free", "node", "pod", "reuse")
+    __slots__ = ("allocatable", "blocks", "cells", "charged", "count", "free", "node", "pod", "reuse")
 
     def __init__(self, node: KubeletNode, mem: MemoryState, pod: KPod) -> None:
         self.node, self.pod = node, pod
         self.free, self.count, self.cells = list(mem.free), list(mem.count), list(mem.cells)
         self.allocatable = mem.allocatable
         self.blocks: dict[str, tuple[int, int]] = {}
+        self.charged: dict[str, int] = {}
         self.reuse: dict[int, int] = {}  # initContainersReusableMemory: NUMA mask -> bytes
 
     def calculate(self, request: int) -> list[Hint]:
@@ -561,14 +573,8 @@ class _MemoryPass:
                                         for i in bits(mask)):
             return _unexpected("[memorymanager] preferred hint violates NUMA node allocation")
         reusable = self.reuse.get(mask, 0)
-        left = 0 if reusable >= request else request - reusable
-        for i in bits(mask):
-            self.count[i] += 1
-            self.cells[i] = mask
-            if left and self.free[i] > 0:
-                take = min(self.free[i], left)
-                self.free[i] -= take
-                left -= take
+        self.charged[c.name] = 0 if reusable >= request else request - reusable
+        _charge(self.free, self.count, self.cells, mask, self.charged[c.name])
         if c.kind == "init":
             self.reuse[mask] = max(self.reuse.get(mask, 0), request)
         elif self.reuse.get(mask):
@@ -591,6 +597,9 @@ class _MemoryPass:
             moved = min(held, size)
             self.blocks[other.name] = (numa, held - moved)
             size -= moved
+
+    def placed(self) -> dict[str, Block]:
+        return {name: Block(numa, self.charged[name], size) for name, (numa, size) in self.blocks.items()}
 
     def state(self, before: MemoryState) -> MemoryState:
         blocks = dict(before.blocks)
@@ -627,7 +636,7 @@ class KState:
 
     def copy(self) -> KState:
         mem = self.memory
-        return KState(self.default, dict(self.assigned), dict(self.requested),
+        return KState(self.default, {uid: dict(c) for uid, c in self.assigned.items()}, dict(self.requested),
                       None if mem is None else MemoryState(mem.free, mem.count, mem.cells, mem.allocatable,
                                                           dict(mem.blocks)))
 
@@ -774,9 +783,18 @@ class Rejected(NamedTuple):
     message: str  # the pod's status message: "Pod was rejected: …"
 
 
+class Block(NamedTuple):
+    """A container's memory under the Static Memory Manager."""
+
+    numa: int  # its NUMA nodes (bitmask)
+    charged: int  # bytes it took from their free memory when allocated (less what an init container left to reuse)
+    size: int  # bytes it gives back when the pod goes (less what later containers took over from an init one)
+
+
 class Admitted(NamedTuple):
     cpus: Mapping[str, int]  # container -> its exclusive CPUs (only containers that have some)
     state: KState  # the node's state with the pod in it
+    memory: Mapping[str, Block] = {}  # container -> its memory block (Static Memory Manager only)
 
     def per_numa(self, m: Machine) -> tuple[tuple[int, int], ...]:
         """Exclusive CPUs per NUMA node across the pod's containers (reused init CPUs counted once)."""
@@ -893,7 +911,7 @@ def admit(node: KubeletNode, state: KState, pod: KPod) -> Admitted | Rejected:
     if run.cpus:
         after.assigned[pod.uid] = run.cpus
     after.requested[pod.uid] = (pod.cpu_milli, pod.memory)
-    return Admitted(run.cpus, after)
+    return Admitted(run.cpus, after, run.mem.placed() if run.mem is not None else {})
 
 
 def _predicate(node: KubeletNode, state: KState, pod: KPod) -> Rejected | None:
@@ -903,7 +921,44 @@ def _predicate(node: KubeletNode, state: KState, pod: KPod) -> Rejected | None:
     if pod.cpu_milli and used + pod.cpu_milli > allocatable_milli:
         return _rejected("OutOfcpu", f"Node didn't have enough resource: cpu, requested: {pod.cpu_milli}, used: "
                                      f"{used}, capacity: {allocatable_milli}")
+    allocatable_memory = sum(node.machine.memory) - sum(node.config.reserved_memory)
+    used = sum(m for _, m in state.requested.values())
+    if pod.memory and used + pod.memory > allocatable_memory:
+        return _rejected("OutOfmemory", f"Node didn't have enough resource: memory, requested: {pod.memory}, used: "
+                                        f"{used}, capacity: {allocatable_memory}")
     return None
+
+
+def reconcile(node: KubeletNode, state: KState, published: Sequence[int], unknown: Iterable[str], unseen: str
+              ) -> KState:
+    """The state with the free CPUs per NUMA node that node-feature-discovery published (from the kubelet's
+    podresources API): where it shows fewer free, the difference is held as `unseen`; where it shows more, the pods
+    of unknown placement give back what they were guessed to hold there."""
+    m = node.machine
+    after = state.copy()
+    extra = 0
+    for numa, (ours, theirs) in enumerate(zip(free_per_numa(node, state), published)):
+        if theirs < ours:
+            got = take_packed(m, available(node, after) & m.numa[numa], ours - theirs) or 0
+            after.default &= ~got
+            extra |= got
+        elif theirs > ours:
+            left = theirs - ours
+            for uid in unknown:
+                held = after.assigned.get(uid)
+                for container, cpus in list((held or {}).items()):
+                    for cpu in sorted(bits(cpus & m.numa[numa]), reverse=True)[:left]:
+                        cpus &= ~(1 << cpu)
+                        after.default |= 1 << cpu
+                        left -= 1
+                    if held is not None:
+                        held[container] = cpus
+                if left == 0:
+                    break
+    if extra:
+        after.assigned[unseen] = {"": extra}
+        after.requested.setdefault(unseen, (0, 0))
+    return after
 
 
 def rekey(state: KState, old: str, new: str) -> KState:
@@ -929,8 +984,9 @@ def remove(state: KState, uid: str) -> KState:
     return after
 
 
-def place_known(state: KState, uid: str, cpus: Mapping[str, int], requested: tuple[int, int]) -> KState:
-    """A pod whose CPUs are known (persisted at bind, or observed): held exactly there."""
+def place_known(state: KState, uid: str, cpus: Mapping[str, int], requested: tuple[int, int],
+                memory: Mapping[str, Block] | None = None) -> KState:
+    """A pod whose CPUs (and memory blocks) are known (persisted at bind, or observed): held exactly there."""
     after = state.copy()
     held = 0
     for mask in cpus.values():
@@ -939,4 +995,11 @@ def place_known(state: KState, uid: str, cpus: Mapping[str, int], requested: tup
     if cpus:
         after.assigned[uid] = dict(cpus)
     after.requested[uid] = requested
+    mem = after.memory
+    if mem is not None and memory:
+        free, count, cells = list(mem.free), list(mem.count), list(mem.cells)
+        for block in memory.values():
+            _charge(free, count, cells, block.numa, block.charged)
+        after.memory = MemoryState(tuple(free), tuple(count), tuple(cells), mem.allocatable,
+                                   {**mem.blocks, uid: {name: (b.numa, b.size) for name, b in memory.items()}})
     return after

@@ -40,6 +40,7 @@ class Scenario:
     reserved_count: int
     prefer_closest: bool
     nrt: bool  # the node publishes a NodeResourceTopology (node-feature-discovery's topology-updater)
+    memory_policy: str = "None"  # the Memory Manager's: None or Static (which reserves 1Gi on NUMA node 0)
     memory_per_numa: int = 256 * GIB
 
     @property
@@ -55,14 +56,21 @@ class Scenario:
         return (f"seed {self.seed}: {self.numa_nodes} NUMA ({self.packages} pkg) x {self.cores_per_numa} cores, SMT "
                 f"{'on' if self.threads_per_core == 2 else 'off'}, {self.policy}/{self.scope}, "
                 f"{','.join(self.options) or 'no options'}{', closest' if self.prefer_closest else ''}, reserved "
-                f"{self.reserved_cpus or self.reserved_count}{', NRT' if self.nrt else ''}")
+                f"{self.reserved_cpus or self.reserved_count}{', NRT' if self.nrt else ''}, Memory Manager "
+                f"{self.memory_policy} ({self.memory_per_numa // GIB}Gi per NUMA node)")
+
+    @property
+    def reserved_memory(self) -> tuple[int, ...]:
+        return (GIB,) if self.memory_policy == "Static" else ()
 
     def group(self) -> KubeletGroup:
         return KubeletGroup(
             name="oracle", node_selector={GROUP_LABEL: "oracle"}, cpu_manager_policy_options=self.options,
             topology_manager_policy=self.policy, topology_manager_scope=self.scope,  # type: ignore[arg-type]
             topology_manager_policy_options=("prefer-closest-numa-nodes",) if self.prefer_closest else (),
-            reserved_system_cpus=self.reserved_cpus, packages=self.packages)
+            reserved_system_cpus=self.reserved_cpus, packages=self.packages,
+            memory_manager_policy=self.memory_policy,  # type: ignore[arg-type]
+            reserved_memory=tuple(str(b) for b in self.reserved_memory))
 
     def settings(self) -> Settings:
         return Settings(require_amx=False, kubernetes_cpu_policy="kubelet-static",
@@ -86,8 +94,10 @@ def make_scenario(seed: int) -> Scenario:
         # Both threads of the first core(s) of NUMA node 0, as operators write reservedSystemCPUs.
         first = list(range(count // tpc or 1))
         reserved = str(CPUSet.of([c + level * (total // tpc) for c in first for level in range(tpc)]))
+    static = rng.random() < 0.3
     return Scenario(seed, packages, numa // packages, cores, tpc, policy, rng.choice((kub.CONTAINER, kub.POD)),
-                    options, reserved, count, rng.random() < 0.3 and numa > 2, rng.random() < 0.5)
+                    options, reserved, count, rng.random() < 0.3 and numa > 2, rng.random() < 0.5,
+                    "Static" if static else "None", rng.choice((24, 48, 96)) * GIB if static else 256 * GIB)
 
 
 def machine_json(s: Scenario) -> dict[str, Any]:
@@ -100,22 +110,23 @@ def machine_json(s: Scenario) -> dict[str, Any]:
 
 
 def kubelet_json(s: Scenario) -> dict[str, Any]:
-    return {"reservedSystemCPUs": s.reserved_cpus, "reservedCPUs": s.reserved_count,
+    return {"reservedSystemCPUs": s.reserved_cpus, "reservedCPUs": str(s.reserved_count),
             "cpuManagerPolicyOptions": {o: "true" for o in s.options},
             "topologyManagerPolicy": s.policy, "topologyManagerScope": s.scope,
             "topologyManagerPolicyOptions": {"prefer-closest-numa-nodes": "true"} if s.prefer_closest else {},
-            "memoryManagerPolicy": "None", "reservedMemory": {}}
+            "memoryManagerPolicy": s.memory_policy, "reservedMemory": {str(i): b for i, b in enumerate(s.reserved_memory)}}
 
 
 def node_object(s: Scenario) -> dict[str, Any]:
     reserved = len(CPUSet.parse(s.reserved_cpus)) if s.reserved_cpus else s.reserved_count
+    memory = s.memory_per_numa * s.numa_nodes
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": NODE, "labels": {
                 GROUP_LABEL: "oracle", Settings().numa_count_label: str(s.numa_nodes),
                 SMT_LABEL: "true" if s.threads_per_core == 2 else "false"}},
-            "spec": {}, "status": {"capacity": {"cpu": str(s.cpus), "memory": f"{s.memory_per_numa * s.numa_nodes}"},
+            "spec": {}, "status": {"capacity": {"cpu": str(s.cpus), "memory": str(memory)},
                                    "allocatable": {"cpu": str(s.cpus - reserved),
-                                                   "memory": f"{s.memory_per_numa * s.numa_nodes}"}}}
+                                                   "memory": str(memory - sum(s.reserved_memory))}}}
 
 
 def nfd_nrt(s: Scenario, free: list[int], reserved: CPUSet) -> dict[str, Any]:
@@ -144,11 +155,17 @@ def _resources(cpu: str, memory: str) -> dict[str, Any]:
     return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
 
 
-def model_pod(name: str, tp: int, cpu: int, sidecar: int = 0, init: int = 0) -> dict[str, Any]:
+def _created(name: str) -> str:
+    """A creationTimestamp in the order the stream makes its pods (m7 after o6), as the apiserver stamps them."""
+    digits = "".join(ch for ch in name if ch.isdigit()) or "0"
+    return f"2026-12-06T12:{int(digits) // 60 % 60:02d}:{int(digits) % 60:02d}Z"
+
+
+def model_pod(name: str, tp: int, cpu: int, sidecar: int = 0, init: int = 0, memory_gib: int = 8) -> dict[str, Any]:
     """A model pod as a user writes it (the webhook makes it Guaranteed), with a Guaranteed native sidecar of
     `sidecar` CPUs and a regular init container of `init` CPUs when given."""
     spec: dict[str, Any] = {"containers": [{"name": "vllm", "args": ["--tensor-parallel-size", str(tp)],
-                                            "resources": _resources(str(cpu), "8Gi")}]}
+                                            "resources": _resources(str(cpu), f"{memory_gib}Gi")}]}
     inits = []
     if init:
         inits.append({"name": "fetch", "resources": _resources(str(init), "1Gi")})
@@ -157,7 +174,7 @@ def model_pod(name: str, tp: int, cpu: int, sidecar: int = 0, init: int = 0) -> 
     if inits:
         spec["initContainers"] = inits
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "models", "uid": f"uid-{name}",
+            "metadata": {"name": name, "namespace": "models", "uid": f"uid-{name}", "creationTimestamp": _created(name),
                          "labels": {"model-manager.io/model": name}},
             "spec": spec, "status": {"phase": "Pending"}}
 
@@ -170,7 +187,7 @@ def other_pod(name: str, kind: str, cpu: int) -> dict[str, Any]:
     elif kind == "Burstable":
         container["resources"] = {"requests": {"cpu": f"{cpu * 500}m", "memory": "512Mi"}}
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "apps", "uid": f"uid-{name}"},
+            "metadata": {"name": name, "namespace": "apps", "uid": f"uid-{name}", "creationTimestamp": _created(name)},
             "spec": {"nodeName": NODE, "containers": [container]}, "status": {"phase": "Running"}}
 
 
@@ -207,6 +224,7 @@ class KubeletNode:
         self.cluster = ClusterState.from_objects([node_object(scenario)], self.settings)
         self.pods: dict[str, dict[str, Any]] = {}  # name -> the pod as bound
         self.tally = Tally()
+        self.free: tuple[frozenset[int], ...] = ()  # the kubelet's free CPUs per NUMA node, after its last answer
 
     def ledger_reserved(self) -> CPUSet:
         ledger = self.cluster.ledger(NODE)
@@ -222,6 +240,7 @@ class KubeletNode:
         uid = mutated["metadata"]["uid"]
         verdict = AssumeCache(cluster).assume(uid, "models", name, demand, NODE)
         answer = self.peer.add(bound(mutated, None))
+        self.free = answer.free
         t = self.tally
         if verdict.ok:
             if not answer.admit:
@@ -232,7 +251,7 @@ class KubeletNode:
                 return verdict, answer
             t.admitted_ok += 1
             predicted = dict((n, c) for n, c in (verdict.admitted.cpus.items() if verdict.admitted else ()))
-            got = {n: CPUSet.parse(c.cpus) for n, c in answer.containers.items() if c.cpus}
+            got = {n: CPUSet(c.cpus) for n, c in answer.containers.items() if c.cpus}
             want = {n: kub.cpuset(m) for n, m in predicted.items()}
             if got == want:
                 t.exact += 1
@@ -246,7 +265,7 @@ class KubeletNode:
         else:
             if answer.admit:
                 t.refused_needless += 1
-                self.peer.remove(uid)
+                _, self.free = self.peer.remove(uid)
             else:
                 t.refused_ok += 1
         return verdict, answer
@@ -254,6 +273,7 @@ class KubeletNode:
     def add_other(self, name: str, kind: str, cpu: int) -> bool:
         pod = other_pod(name, kind, cpu)
         answer = self.peer.add(pod)
+        self.free = answer.free
         if not answer.admit:
             return False  # the kubelet failed it: terminal, and no ledger counts it
         self.cluster.apply("Pod", "ADDED", pod)
@@ -262,12 +282,11 @@ class KubeletNode:
 
     def delete(self, name: str) -> None:
         pod = self.pods.pop(name)
-        self.peer.remove(pod["metadata"]["uid"])
+        _, self.free = self.peer.remove(pod["metadata"]["uid"])
         self.cluster.apply("Pod", "DELETED", pod)
 
     def nrt(self) -> dict[str, Any]:
-        free = [len(CPUSet.parse(f)) for f in self.peer.free()]
-        return nfd_nrt(self.s, free, self.ledger_reserved())
+        return nfd_nrt(self.s, [len(f) for f in self.free], self.ledger_reserved())
 
     def rebuilt(self, annotated: bool = True, with_nrt: bool = False) -> ClusterState:
         pods = [pod if annotated else {**pod, "metadata": {**pod["metadata"], "annotations": {
@@ -298,5 +317,6 @@ def play(peer: KubeletPeer, scenario: Scenario, events: int = 24) -> KubeletNode
             cpu = rng.randint(1, max(2, numa_cpus * tp * 5 // 4))
             sidecar = rng.choice((0, 0, 1, 2))
             init = rng.choice((0, 0, 0, 2, numa_cpus))
-            node.judge(f"m{i}", model_pod(f"m{i}", tp, cpu, sidecar, init))
+            memory = rng.choice((4, 8, 16, 32, 64))
+            node.judge(f"m{i}", model_pod(f"m{i}", tp, cpu, sidecar, init, memory))
     return node
