@@ -3,6 +3,12 @@ tests/oracle/test_differential.py (random node shapes, policies and pod streams 
 each, played on the ledger and on the real plugin), as many as asked, and the table.
 
     python bench/bench_oracle.py [--scenarios 5000]
+    python bench/bench_oracle.py --kubelet [--scenarios 5000]
+
+With --kubelet, the kubelet-static scenarios of tests/oracle/test_kubelet_static.py instead (random machines, kubelet
+settings and pod streams on the ledger and on the real kubelet's CPU, Topology and Memory Managers), and their
+table: admit/ok, admit/rejected by the kubelet's Reason, refuse/ok (the kubelet rejects it too), refuse/needless
+(the kubelet admits it), drift (a container on other NUMA nodes than predicted), exact (every cpuset as predicted).
 
 Prints, over all scenarios and per policy kind: admit/ok (the ledger admits, the plugin runs every rank with its
 whole share on a NUMA node of its own, on cores nothing else uses), admit/bad (the ledger admits, the plugin fails,
@@ -23,6 +29,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/bench_oracle.py` from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.oracle.kubeletscenarios import Tally as KubeletTally
+from tests.oracle.kubeletscenarios import play_scenario
 from tests.oracle.test_differential import GENERATED, STREAMS_PER_PEER, Tally, groups, report, run_group
 
 COLUMNS = ("admit/ok", "admit/bad", "refuse/ok", "refuse/bad", "drift")
@@ -34,10 +42,33 @@ def row(tally: Tally) -> tuple[int, ...]:
             len(tally.drift))
 
 
+def kubelet(scenarios: int) -> int:
+    started = time.perf_counter()
+    total = KubeletTally()
+    with ThreadPoolExecutor(max_workers=3) as pool:  # peers are processes: threads only wait on them
+        for tally in pool.map(play_scenario, range(scenarios)):
+            total.merge(tally)
+    seconds = time.perf_counter() - started
+    rejected = ", ".join(f"{reason} {n}" for reason, n in sorted(total.admitted_rejected.items())) or "0"
+    print(f"{'scenarios':>9} {'admit/ok':>9} {'admit/rejected':>16} {'refuse/ok':>9} {'refuse/needless':>15} "
+          f"{'drift':>6} {'exact':>6}")
+    print(f"{total.scenarios:9} {total.admitted_ok:9} {rejected:>16} {total.refused_ok:9} {total.refused_needless:15} "
+          f"{total.drift:6} {total.exact:6}")
+    admitted = total.admitted_ok + total.refused_needless
+    print(f"\nneedless refusals: {total.refused_needless / max(1, admitted):.1%} of the {admitted} pods the kubelet "
+          f"admits; {total.scenarios} scenarios in {seconds:.0f} s")
+    for problem in total.problems[:20]:
+        print(problem)
+    return 1 if total.problems else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", type=int, default=5000)
+    parser.add_argument("--kubelet", action="store_true", help="the kubelet-static scenarios instead")
     args = parser.parse_args()
+    if args.kubelet:
+        return kubelet(args.scenarios)
     jobs = groups(max(1, args.scenarios // STREAMS_PER_PEER))
     started = time.perf_counter()
     total, by_policy = Tally(), defaultdict(Tally)

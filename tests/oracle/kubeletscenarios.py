@@ -9,8 +9,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.oracle.kubeletpeer import KubeletPeer, Verdict
-
 from placement import kubelet as kub
 from placement.assume import AssumeCache
 from placement.cluster import ClusterState
@@ -20,6 +18,7 @@ from placement.fit import Fit
 from placement.ledger import PLACEMENT
 from placement.mutation import mutate_pod
 from placement.topology import SMT_LABEL, CPUSet, linux_layout
+from tests.oracle.kubeletpeer import KubeletPeer, Verdict
 
 NODE = "node-0"
 GROUP_LABEL = "example.com/kubelet-group"
@@ -200,6 +199,7 @@ def bound(pod: dict[str, Any], placement: str | None) -> dict[str, Any]:
 
 @dataclass
 class Tally:
+    scenarios: int = 0
     admitted_ok: int = 0
     admitted_rejected: dict[str, int] = field(default_factory=dict)  # by the kubelet's Reason
     refused_ok: int = 0  # refused, and the kubelet would have rejected it too
@@ -207,6 +207,17 @@ class Tally:
     drift: int = 0  # admitted, and a container's CPUs not on the NUMA nodes predicted
     exact: int = 0  # admitted with every container's cpuset as predicted
     problems: list[str] = field(default_factory=list)
+
+    def merge(self, other: Tally) -> None:
+        self.scenarios += other.scenarios
+        self.admitted_ok += other.admitted_ok
+        for reason, n in other.admitted_rejected.items():
+            self.admitted_rejected[reason] = self.admitted_rejected.get(reason, 0) + n
+        self.refused_ok += other.refused_ok
+        self.refused_needless += other.refused_needless
+        self.drift += other.drift
+        self.exact += other.exact
+        self.problems.extend(other.problems)
 
 
 def _numa_of(s: Scenario, cpus: CPUSet) -> set[int]:
@@ -233,7 +244,9 @@ class KubeletNode:
 
     def judge(self, name: str, pod: dict[str, Any], cluster: ClusterState | None = None) -> tuple[Fit, Verdict]:
         """The ledger's verdict on a model pod, and the kubelet's answer to it; kept on both only when the ledger
-        admitted it."""
+        admitted it. Drift is counted for the live ledger only: a rebuilt one guesses where pods of unknown
+        placement are (the kubelet's choice depended on pods since gone)."""
+        live = cluster is None
         cluster = cluster or self.cluster
         mutated = mutate_pod(pod, cluster).pod
         demand = read_model_pod(mutated, self.settings)
@@ -249,13 +262,14 @@ class KubeletNode:
                                   f"the kubelet: {answer.reason} {answer.message}")
                 cluster.drop(uid)
                 return verdict, answer
-            t.admitted_ok += 1
+            t.admitted_ok += live
             predicted = dict((n, c) for n, c in (verdict.admitted.cpus.items() if verdict.admitted else ()))
             got = {n: CPUSet(c.cpus) for n, c in answer.containers.items() if c.cpus}
             want = {n: kub.cpuset(m) for n, m in predicted.items()}
-            if got == want:
+            if got == want and live:
                 t.exact += 1
-            if {n: _numa_of(self.s, c) for n, c in got.items()} != {n: _numa_of(self.s, c) for n, c in want.items()}:
+            if live and {n: _numa_of(self.s, c) for n, c in got.items()} != \
+                    {n: _numa_of(self.s, c) for n, c in want.items()}:
                 t.drift += 1
                 t.problems.append(f"{self.s.label}: {name} drift: predicted {want}, got {got}")
             placed = bound(mutated, AssumeCache(cluster).placement(uid))
@@ -264,10 +278,10 @@ class KubeletNode:
                 self.pods[name] = placed
         else:
             if answer.admit:
-                t.refused_needless += 1
+                t.refused_needless += live
                 _, self.free = self.peer.remove(uid)
             else:
-                t.refused_ok += 1
+                t.refused_ok += live
         return verdict, answer
 
     def add_other(self, name: str, kind: str, cpu: int) -> bool:
@@ -320,3 +334,38 @@ def play(peer: KubeletPeer, scenario: Scenario, events: int = 24) -> KubeletNode
             memory = rng.choice((4, 8, 16, 32, 64))
             node.judge(f"m{i}", model_pod(f"m{i}", tp, cpu, sidecar, init, memory))
     return node
+
+
+def play_scenario(seed: int) -> Tally:
+    """Scenario `seed` on a fresh peer: the stream, then ledgers rebuilt from the list (a relist, a restart, a
+    standby) with the placements the Bindings wrote and the node's NodeResourceTopology holding the same free CPUs
+    on every NUMA node as the live one, and every rebuilt ledger (with or without the placements and the
+    NodeResourceTopology) judging what comes next as the kubelet does."""
+    scenario = make_scenario(seed)
+    with KubeletPeer() as peer:
+        started = peer.start(machine_json(scenario), kubelet_json(scenario))
+        tally = Tally(scenarios=1)
+        if not started.ok:
+            tally.problems.append(f"{scenario.label}: the kubelet would not start: {started.error}")
+            return tally
+        node = play(peer, scenario)
+        if node.ledger_reserved() != CPUSet(started.reserved):
+            tally.problems.append(f"{scenario.label}: the ledger reserves {node.ledger_reserved()}, the kubelet "
+                                  f"{CPUSet(started.reserved)}")
+        live = node.cluster.ledger(NODE)
+        again = node.rebuilt(with_nrt=True).ledger(NODE)
+        assert live is not None and live.kubelet is not None and live.kstate is not None
+        assert again is not None and again.kubelet is not None and again.kstate is not None
+        ours, theirs = kub.free_per_numa(again.kubelet, again.kstate), kub.free_per_numa(live.kubelet, live.kstate)
+        if ours != theirs:
+            tally.problems.append(f"{scenario.label}: rebuilt with the NRT has free CPUs {ours} where the live ledger "
+                                  f"has {theirs}")
+        for annotated, with_nrt in ((True, False), (False, True), (False, False)):
+            rebuilt = node.rebuilt(annotated=annotated, with_nrt=with_nrt)
+            for i in range(3):
+                name = f"after{int(annotated)}{int(with_nrt)}{i}"
+                verdict, answer = node.judge(name, model_pod(name, 1, 2 + 6 * i), cluster=rebuilt)
+                if verdict.ok and answer.admit:
+                    peer.remove(f"uid-{name}")
+        tally.merge(node.tally)
+        return tally

@@ -54,9 +54,10 @@ from __future__ import annotations
 import copy
 import json
 import os
+import select
 import subprocess
 import tempfile
-import threading
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -213,6 +214,7 @@ class LinePeer:
                  timeout: float = 120) -> None:
         self.timeout = timeout
         self._stderr = log
+        self._pending = bytearray()  # what the peer wrote past its last answer read
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
                                      start_new_session=True)
 
@@ -234,18 +236,26 @@ class LinePeer:
         return b"\n".join(self._stderr.read().splitlines()[-lines:]).decode(errors="replace")
 
     def _read(self) -> dict[str, Any]:
+        # select on the pipe rather than a reader thread per answer: the kubelet oracle asks thousands of questions,
+        # and a thread each cost it more than the peer's answers.
         assert self.proc.stdout is not None
-        line: list[bytes] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-        reader.start()
-        reader.join(self.timeout)
-        if reader.is_alive():
-            self.proc.kill()
-            raise PeerError(f"the {self.name} peer did not answer within {self.timeout} s; its log ends:\n{self.log_tail()}")
-        if not line or not line[0]:
-            self.proc.wait(10)
-            raise PeerError(f"the {self.name} peer exited ({self.proc.returncode}); its log ends:\n{self.log_tail()}")
-        return json.loads(line[0])
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + self.timeout
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.proc.kill()
+                raise PeerError(f"the {self.name} peer did not answer within {self.timeout} s; its log ends:\n"
+                                f"{self.log_tail()}")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                self.proc.wait(10)
+                raise PeerError(f"the {self.name} peer exited ({self.proc.returncode}); its log ends:\n"
+                                f"{self.log_tail()}")
+            self._pending += chunk
+        line, _, rest = self._pending.partition(b"\n")
+        self._pending = bytearray(rest)
+        return json.loads(line)
 
     def send(self, message: dict[str, Any]) -> dict[str, Any]:
         """One round trip: message out, its answer back."""
