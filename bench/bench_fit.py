@@ -10,6 +10,11 @@ ledgers hold the same. The demand is a fresh pod of TP 1, 2, 4 and 8 as the webh
 4- and 8-NUMA nodes, TP=8 only 8-NUMA ones: the rest are refused by shape, which costs little). "warm" asks the
 same ledger again (its free cores already computed): the difference is the ledger's `free()`.
 
+The kubelet-static rows ask the same of a fleet of the same shapes pinned by the kubelet (nodes labelled
+model-manager.io/cpu-manager=static, Topology Manager single-numa-node or restricted, the same running models as
+kubelet-static pods): the CPU-level model of the kubelet's managers, whose cold fit is held to within 1.5x the
+balloons fit of the same TP.
+
 `--against TREE` (a checkout of another commit, e.g. `git worktree add /tmp/before f1673d7`) measures that
 tree's placement/ on the same fleet: each round runs in a fresh process per tree, the trees taking turns, so a
 machine others load weighs on both alike. Runs on any tree whose placement/ has ClusterState.fit, mutate_pod and
@@ -57,11 +62,12 @@ def node(name: str, numa: int, cores: int, tpc: int) -> dict[str, Any]:
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
-def model_pod(name: str, tp: int, cpus: int, node_name: str | None = None) -> dict[str, Any]:
+def model_pod(name: str, tp: int, cpus: int, node_name: str | None = None, policy: str = "") -> dict[str, Any]:
     pod: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "models", "uid": f"uid-{name}",
-                     "labels": {"model-manager.io/model": name}, "annotations": {},
+                     "labels": {"model-manager.io/model": name},
+                     "annotations": {"model-manager.io/cpu-policy": policy} if policy else {},
                      "creationTimestamp": "2026-12-01T00:00:00Z"},
         "spec": {"containers": [{"name": "main", "image": "vllm", "command": ["vllm", "serve"],
                                  "args": ["/models/m", "--tensor-parallel-size", str(tp)],
@@ -73,6 +79,29 @@ def model_pod(name: str, tp: int, cpus: int, node_name: str | None = None) -> di
         pod["spec"]["nodeName"] = node_name
         pod["status"]["phase"] = "Running"
     return pod
+
+
+def static_fleet(count: int) -> list[dict[str, Any]]:
+    """The same shapes and running models, pinned by the kubelet."""
+    nodes = [node(f"n-{k:04d}", *SHAPES[k % len(SHAPES)]) for k in range(count)]
+    nrts = []
+    for k, obj in enumerate(nodes):
+        obj["metadata"]["labels"]["model-manager.io/cpu-manager"] = "static"
+        numa, cores, tpc = SHAPES[k % len(SHAPES)]
+        cpus = cores * tpc
+        nrts.append({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+                     "metadata": {"name": obj["metadata"]["name"]},
+                     "attributes": [{"name": "topologyManagerPolicy",
+                                     "value": ("single-numa-node", "restricted")[k % 2]},
+                                    {"name": "topologyManagerScope", "value": "container"}],
+                     "zones": [{"name": f"node-{i}", "type": "Node", "resources": [
+                         {"name": "cpu", "capacity": str(cpus), "allocatable": str(cpus - 2 * (i == 0))}]}
+                         for i in range(numa)]})
+    pods = [model_pod(f"run-{k}-{j}", tp, 2 * tp * (1 + (k // (j + 1) + j) % 3), obj["metadata"]["name"],
+                      "kubelet-static")
+            for k, obj in enumerate(nodes)
+            for j, tp in enumerate(t for t in (1, 2, 4) if t <= int(obj["metadata"]["labels"][NUMA_LABEL]))]
+    return [*nodes, *nrts, *pods]
 
 
 def fleet(count: int, settings: Settings) -> list[dict[str, Any]]:
@@ -132,9 +161,10 @@ def measure(cluster: ClusterState, demand: Any, pods: list[dict[str, Any]], name
                  statistics.median(warm) / 1000, len(fitting))
 
 
-def run(nodes: int, rounds: int, profile: bool, out: TextIO = sys.stdout) -> dict[int, list[Round]]:
+def run(nodes: int, rounds: int, profile: bool, out: TextIO = sys.stdout, policy: str = "nri-balloons"
+        ) -> dict[int, list[Round]]:
     settings = Settings()
-    objects = fleet(nodes, settings)
+    objects = fleet(nodes, settings) if policy == "nri-balloons" else static_fleet(nodes)
     pods = [o for o in objects if o["kind"] == "Pod"]
     cluster = ClusterState.from_objects(objects, settings)
     names = sorted(cluster.nodes)
@@ -143,9 +173,10 @@ def run(nodes: int, rounds: int, profile: bool, out: TextIO = sys.stdout) -> dic
           f"{distinct} distinct (shape, free cores) ledgers", file=out)
     results: dict[int, list[Round]] = {}
     for tp in TPS:
-        mutation = mutate_pod(model_pod(f"new-tp{tp}", tp, 8 * tp), cluster)
+        pod = model_pod(f"new-tp{tp}", tp, 8 * tp, policy="" if policy == "nri-balloons" else policy)
+        mutation = mutate_pod(pod, cluster)
         demand = mutation.demand
-        assert demand is not None and demand.policy == "nri-balloons", mutation.resolution
+        assert demand is not None and demand.policy == policy, mutation.resolution
         gc.collect()
         gc.disable()
         try:
@@ -217,7 +248,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if not args.against:
-        worst = report(label(CHECKOUT), run(args.nodes, args.rounds, args.profile), args.nodes)
+        balloons = run(args.nodes, args.rounds, args.profile)
+        worst = report(label(CHECKOUT), balloons, args.nodes)
+        static = run(args.nodes, args.rounds, args.profile, policy="kubelet-static")
+        report(f"{label(CHECKOUT)}, kubelet-static", static, args.nodes)
+        for tp in (1, 2):
+            ratio = statistics.median(r.cold for r in static[tp]) / statistics.median(r.cold for r in balloons[tp])
+            print(f"  TP={tp}: kubelet-static cold fit / balloons cold fit = {ratio:.2f}  goal <= 1.5: "
+                  f"{'met' if ratio <= 1.5 else 'NOT met'}")
     else:
         trees = [CHECKOUT, *args.against]
         results = run_trees(trees, args.nodes, args.rounds)

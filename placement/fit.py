@@ -232,7 +232,7 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
     elif demand.policy == "kubelet-static" and ledger.kstate is not None:
         # The kubelet's answer depends on which CPUs are free, not only how many, and on what its predicate sums.
         state = ledger.kstate
-        key += (state.default, sum(c for c, _ in state.requested.values()),
+        key += (state.default, state.used,
                 None if state.memory is None else (state.memory.free, state.memory.count, state.memory.cells))
     elif demand.policy not in EXCLUSIVE_POLICIES:
         key += (ledger.shared_milli,)
@@ -487,7 +487,7 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
     # One NUMA node per rank first (2..10 by the strategy), then ranks sharing a NUMA node (1), then a model split
     # over more NUMA nodes than it has ranks (0): vLLM binds rank i to the i-th NUMA node of its CPUs.
     score = 0 if split else 1 if span < demand.numa_nodes else \
-        max(2, _score(ledger, list(kub.free_cores(node, answer.state)), strategy))
+        max(2, _score(ledger, list(kub.free_cores_of(node, answer.default)), strategy))
     return Fit(name, None, True, per_numa, score, fp, admitted=answer, split=split)
 
 

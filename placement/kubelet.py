@@ -83,10 +83,24 @@ class Machine:
     all: int
     cpus_per_core: int
     cpus_per_socket: int
+    # Every non-empty set of NUMA nodes as the Topology Manager walks them (fewest first, then by id): (NUMA
+    # bitmask, its CPUs, how many NUMA nodes), and the most CPUs any set of k NUMA nodes holds, at [k].
+    masks: tuple[tuple[int, int, int], ...]
+    most_cpus: tuple[int, ...]
+    socket_cores: Mapping[int, tuple[int, ...]]  # socket id -> its core ids
+    numa_cores: tuple[tuple[int, ...], ...]  # NUMA node -> its core ids
+    # Linux's numbering (sibling k of core c is CPU c + k * cores): the primaries, and the stride to each sibling
+    # level; () where the machine is numbered otherwise.
+    sibling_stride: tuple[int, ...]
+    primaries: int
 
     @property
     def numa_count(self) -> int:
         return len(self.numa)
+
+    def fewest_numa(self, request: int) -> int:
+        """minAffinitySize: the fewest NUMA nodes whose CPUs, taken or not, hold `request`."""
+        return next((k for k in range(1, self.numa_count) if self.most_cpus[k] >= request), self.numa_count)
 
     def numa_mask(self, numa: int) -> int:
         """The CPUs of the NUMA nodes in bitmask `numa`."""
@@ -120,9 +134,26 @@ def machine(topology: Topology, packages: int, memory: tuple[int, ...]) -> Machi
     distances = tuple(tuple(10 if a == b else 11 if numa_socket[a] == numa_socket[b] else 21 for b in range(count))
                       for a in range(count))
     total = sum(len(n.cpus) for n in topology.numa_nodes)
+    masks = []
+    most = [0] * (count + 1)
+    for size in range(1, count + 1):
+        for combo in itertools.combinations(range(count), size):
+            cpus = 0
+            for i in combo:
+                cpus |= numa[i]
+            masks.append((mask_of(combo), cpus, size))
+            most[size] = max(most[size], cpus.bit_count())
+    numa_cores = tuple(tuple(min(c.threads) for c in n.cores) for n in topology.numa_nodes)
+    socket_cores = {s: tuple(c for n in range(count) if numa_socket[n] == s for c in numa_cores[n]) for s in sockets}
+    width = len(cores)
+    linux = all(threads == mask_of(core + k * width for k in range(bin(threads).count("1")))
+                for core, threads in cores.items())
     return Machine(numa, numa_socket, sockets, cores, cpu_core, cpu_numa,
                    memory if len(memory) == count else (0,) * count, distances, mask_of(topology.cpus),
-                   total // max(1, len(cores)), total // max(1, len(sockets)))
+                   total // max(1, len(cores)), total // max(1, len(sockets)), tuple(masks), tuple(most),
+                   socket_cores, numa_cores,
+                   tuple(k * width for k in range(1, topology.threads_per_core)) if linux else (),
+                   mask_of(cores) if linux else 0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -335,10 +366,10 @@ class _Accumulator:
         out: list[int] = []
         if self.numa_first:
             for s in self.sockets():
-                out.extend(self._sorted((c for c, cpus in m.cores.items() if cpus & m.sockets[s]), m.cores))
+                out.extend(self._sorted(m.socket_cores[s], m.cores))
         else:
             for n in self.numa_nodes():
-                out.extend(self._sorted((c for c, cpus in m.cores.items() if cpus & m.numa[n]), m.cores))
+                out.extend(self._sorted(m.numa_cores[n], m.cores))
         return out
 
     def take(self, cpus: int) -> None:
@@ -361,10 +392,23 @@ class _Accumulator:
 
     def take_full_cores(self) -> None:
         m = self.m
-        for c in self.core_order():
-            cpus = m.cores[c]
-            if (cpus & self.avail).bit_count() == m.cpus_per_core and self.need >= cpus.bit_count():
-                self.take(cpus)
+        if not m.primaries:
+            for c in self.core_order():
+                cpus = m.cores[c]
+                if (cpus & self.avail).bit_count() == m.cpus_per_core and self.need >= cpus.bit_count():
+                    self.take(cpus)
+            return
+        # Free cores all sort alike (every thread free), so by id within each group of the order: the free
+        # primaries, lowest first, as Linux numbers them.
+        groups = [m.sockets[s] for s in self.sockets()] if self.numa_first else [m.numa[n] for n in self.numa_nodes()]
+        for group in groups:
+            whole = self.avail & m.primaries & group
+            for stride in m.sibling_stride:
+                whole &= self.avail >> stride
+            for core in bits(whole):
+                if self.need < m.cpus_per_core:
+                    return
+                self.take(m.cores[core])
 
     def take_remaining(self) -> None:
         for c in self.core_order():
@@ -633,12 +677,23 @@ class KState:
     assigned: dict[str, dict[str, int]] = field(default_factory=dict)  # pod uid -> container -> CPUs
     requested: dict[str, tuple[int, int]] = field(default_factory=dict)  # pod uid -> (cpu milli, memory bytes)
     memory: MemoryState | None = None
+    used: tuple[int, int] = (0, 0)  # the sum of `requested`: what the resource predicate reads
 
     def copy(self) -> KState:
         mem = self.memory
         return KState(self.default, {uid: dict(c) for uid, c in self.assigned.items()}, dict(self.requested),
                       None if mem is None else MemoryState(mem.free, mem.count, mem.cells, mem.allocatable,
-                                                          dict(mem.blocks)))
+                                                          dict(mem.blocks)), self.used)
+
+    def request(self, uid: str, value: tuple[int, int]) -> None:
+        self.unrequest(uid)
+        self.requested[uid] = value
+        self.used = (self.used[0] + value[0], self.used[1] + value[1])
+
+    def unrequest(self, uid: str) -> None:
+        old = self.requested.pop(uid, None)
+        if old is not None:
+            self.used = (self.used[0] - old[0], self.used[1] - old[1])
 
 
 def memory_allocatable(node: KubeletNode) -> tuple[int, ...]:
@@ -667,12 +722,17 @@ def free_per_numa(node: KubeletNode, state: KState) -> tuple[int, ...]:
 
 def free_cores(node: KubeletNode, state: KState) -> tuple[int, ...]:
     """Whole free cores per NUMA node (every thread free): what a model's ranks can be given."""
-    m, avail = node.machine, available(node, state)
-    out = [0] * m.numa_count
-    for core, cpus in m.cores.items():
-        if cpus & avail == cpus:
-            out[m.cpu_numa[core]] += 1
-    return tuple(out)
+    return free_cores_of(node, state.default)
+
+
+def free_cores_of(node: KubeletNode, default: int) -> tuple[int, ...]:
+    m, avail = node.machine, default & ~node.reserved
+    if m.primaries:
+        whole = avail & m.primaries
+        for stride in m.sibling_stride:
+            whole &= avail >> stride
+        return tuple((whole & numa).bit_count() for numa in m.numa)
+    return tuple(sum(1 for core in cores if m.cores[core] & avail == m.cores[core]) for cores in m.numa_cores)
 
 
 class Hint(NamedTuple):
@@ -684,20 +744,14 @@ def _cpu_hints(node: KubeletNode, avail: int, reusable: int, request: int) -> li
     """generateCPUTopologyHints: every NUMA mask whose free (and reusable) CPUs hold the request, preferred when
     its size is the fewest NUMA nodes whose *total* CPUs hold it."""
     m = node.machine
-    count = m.numa_count
-    smallest = count
-    found: list[tuple[int, int]] = []
-    for size in range(1, count + 1):
-        for combo in itertools.combinations(range(count), size):
-            mask = mask_of(combo)
-            cpus = m.numa_mask(mask)
-            if cpus.bit_count() >= request and size < smallest:
-                smallest = size
-            if reusable & ~cpus:
-                continue
-            if (reusable | (avail & cpus)).bit_count() >= request:
-                found.append((mask, size))
-    return [Hint(mask, size == smallest) for mask, size in found]
+    smallest = m.fewest_numa(request)
+    hints = []
+    for mask, cpus, size in m.masks:
+        if reusable & ~cpus:
+            continue
+        if (reusable | (avail & cpus)).bit_count() >= request:
+            hints.append(Hint(mask, size == smallest))
+    return hints
 
 
 def _narrower(a: int, b: int) -> bool:
@@ -713,6 +767,16 @@ def _average_distance(m: Machine, mask: int) -> float:
 def _merge(node: KubeletNode, providers: Sequence[list[Hint] | None]) -> tuple[Hint, bool]:
     """The policy's Merge: the best of every permutation of one hint per provider, and whether it admits."""
     cfg, m = node.config, node.machine
+    if len(providers) == 1 and providers[0] and not (cfg.prefer_closest and cfg.topology_policy != SINGLE_NUMA_NODE):
+        # One provider (the CPU Manager's, the Memory Manager off): every preferred hint is of the fewest NUMA
+        # nodes, and the lowest mask among them wins; without one, restricted and single-numa-node reject.
+        single = cfg.topology_policy == SINGLE_NUMA_NODE
+        lowest = min((h.numa for h in providers[0] if h.preferred and h.numa is not None
+                      and (not single or h.numa.bit_count() == 1)), default=None)
+        if lowest is not None:
+            return (Hint(None, True) if single and lowest == (1 << m.numa_count) - 1 else Hint(lowest, True)), True
+        if cfg.topology_policy != BEST_EFFORT:
+            return Hint(None, False), False
     default = (1 << m.numa_count) - 1
     filtered: list[list[Hint]] = [[Hint(None, True)] if hints is None else hints or [Hint(None, False)]
                                   for hints in providers]
@@ -793,8 +857,23 @@ class Block(NamedTuple):
 
 class Admitted(NamedTuple):
     cpus: Mapping[str, int]  # container -> its exclusive CPUs (only containers that have some)
-    state: KState  # the node's state with the pod in it
-    memory: Mapping[str, Block] = {}  # container -> its memory block (Static Memory Manager only)
+    default: int  # the CPU Manager's default set with the pod in it
+    memory: Mapping[str, Block]  # container -> its memory block (Static Memory Manager only)
+    before: KState
+    uid: str
+    requested: tuple[int, int]
+    memory_after: MemoryState | None
+
+    @property
+    def state(self) -> KState:
+        """The node's state with the pod in it: built when asked (a fit that is only scored never needs it)."""
+        after = self.before.copy()
+        after.default = self.default
+        after.memory = self.memory_after
+        if self.cpus:
+            after.assigned[self.uid] = dict(self.cpus)
+        after.request(self.uid, self.requested)
+        return after
 
     def per_numa(self, m: Machine) -> tuple[tuple[int, int], ...]:
         """Exclusive CPUs per NUMA node across the pod's containers (reused init CPUs counted once)."""
@@ -830,6 +909,27 @@ class _Pass:
         """Each provider's hints, in the kubelet's order: the CPU Manager's, then the Memory Manager's."""
         mine = None if cpus == 0 or self.pod.pod_level else _cpu_hints(self.node, self.available(), self.reuse, cpus)
         return [mine] if self.mem is None else [mine, self.mem.hints(memory)]
+
+    def affinity(self, cpus: int, memory: int) -> tuple[Hint, bool]:
+        """The Topology Manager's merged hint for a request, and whether its policy admits it."""
+        cfg = self.node.config
+        if self.mem is None and cpus and not self.pod.pod_level and cfg.topology_policy != BEST_EFFORT and \
+                not (cfg.prefer_closest and cfg.topology_policy != SINGLE_NUMA_NODE):
+            # The CPU Manager alone, and a policy that admits only a preferred hint: that is a mask of the fewest
+            # NUMA nodes whose total CPUs hold the request, and the lowest such mask with room now wins (_merge's
+            # answer, without building every hint).
+            m = self.node.machine
+            smallest = m.fewest_numa(cpus)
+            if cfg.topology_policy == SINGLE_NUMA_NODE and smallest > 1:
+                return Hint(None, False), False
+            avail, reuse = self.available(), self.reuse
+            lowest = min((mask for mask, numa, size in m.masks if size == smallest and not reuse & ~numa
+                          and (reuse | (avail & numa)).bit_count() >= cpus), default=None)
+            if lowest is None:
+                return Hint(None, False), False
+            return (Hint(None, True) if lowest == (1 << m.numa_count) - 1 and cfg.topology_policy == SINGLE_NUMA_NODE
+                    else Hint(lowest, True)), True
+        return _merge(self.node, self.hints(cpus, memory))
 
     def allocate(self, c: KContainer, hint: Hint | None) -> Rejected | None:
         why = self._allocate_cpus(c, hint.numa if hint is not None else None)
@@ -889,7 +989,7 @@ def admit(node: KubeletNode, state: KState, pod: KPod) -> Admitted | Rejected:
             if (why := run.allocate(c, None)) is not None:
                 return why
     elif node.config.topology_scope == POD:
-        hint, ok = _merge(node, run.hints(pod.pod_cpus(), pod.memory))
+        hint, ok = run.affinity(pod.pod_cpus(), pod.memory)
         if not ok:
             return _rejected(TOPOLOGY_AFFINITY_ERROR, "Resources cannot be allocated with Topology locality")
         for c in pod.containers:
@@ -897,32 +997,27 @@ def admit(node: KubeletNode, state: KState, pod: KPod) -> Admitted | Rejected:
                 return why
     else:
         for c in pod.containers:
-            hint, ok = _merge(node, run.hints(c.cpus, c.memory))
+            hint, ok = run.affinity(c.cpus, c.memory)
             if not ok:
                 return _rejected(TOPOLOGY_AFFINITY_ERROR, "Resources cannot be allocated with Topology locality")
             if (why := run.allocate(c, hint)) is not None:
                 return why
     if (why := _predicate(node, state, pod)) is not None:
         return why
-    after = state.copy()
-    after.default = run.default
-    if run.mem is not None and state.memory is not None:
-        after.memory = run.mem.state(state.memory)
-    if run.cpus:
-        after.assigned[pod.uid] = run.cpus
-    after.requested[pod.uid] = (pod.cpu_milli, pod.memory)
-    return Admitted(run.cpus, after, run.mem.placed() if run.mem is not None else {})
+    memory_after = run.mem.state(state.memory) if run.mem is not None and state.memory is not None else None
+    return Admitted(run.cpus, run.default, run.mem.placed() if run.mem is not None else {}, state, pod.uid,
+                    (pod.cpu_milli, pod.memory), memory_after)
 
 
 def _predicate(node: KubeletNode, state: KState, pod: KPod) -> Rejected | None:
     """The kubelet's resource predicate (after the Topology Manager): requests against allocatable."""
     allocatable_milli = (node.machine.all.bit_count() - node.reserved.bit_count()) * 1000
-    used = sum(c for c, _ in state.requested.values())
+    used = state.used[0]
     if pod.cpu_milli and used + pod.cpu_milli > allocatable_milli:
         return _rejected("OutOfcpu", f"Node didn't have enough resource: cpu, requested: {pod.cpu_milli}, used: "
                                      f"{used}, capacity: {allocatable_milli}")
     allocatable_memory = sum(node.machine.memory) - sum(node.config.reserved_memory)
-    used = sum(m for _, m in state.requested.values())
+    used = state.used[1]
     if pod.memory and used + pod.memory > allocatable_memory:
         return _rejected("OutOfmemory", f"Node didn't have enough resource: memory, requested: {pod.memory}, used: "
                                         f"{used}, capacity: {allocatable_memory}")
@@ -957,7 +1052,7 @@ def reconcile(node: KubeletNode, state: KState, published: Sequence[int], unknow
                     break
     if extra:
         after.assigned[unseen] = {"": extra}
-        after.requested.setdefault(unseen, (0, 0))
+        after.request(unseen, (0, 0))
     return after
 
 
@@ -967,7 +1062,8 @@ def rekey(state: KState, old: str, new: str) -> KState:
     if old in after.assigned:
         after.assigned[new] = after.assigned.pop(old)
     if old in after.requested:
-        after.requested[new] = after.requested.pop(old)
+        after.request(new, after.requested[old])
+        after.unrequest(old)
     if after.memory is not None and old in after.memory.blocks:
         after.memory.blocks[new] = after.memory.blocks.pop(old)
     return after
@@ -978,7 +1074,7 @@ def remove(state: KState, uid: str) -> KState:
     after = state.copy()
     for cpus in after.assigned.pop(uid, {}).values():
         after.default |= cpus
-    after.requested.pop(uid, None)
+    after.unrequest(uid)
     if after.memory is not None and uid in after.memory.blocks:
         after.memory = _release_memory(after.memory, after.memory.blocks.pop(uid))
     return after
@@ -994,7 +1090,7 @@ def place_known(state: KState, uid: str, cpus: Mapping[str, int], requested: tup
     after.default &= ~held
     if cpus:
         after.assigned[uid] = dict(cpus)
-    after.requested[uid] = requested
+    after.request(uid, requested)
     mem = after.memory
     if mem is not None and memory:
         free, count, cells = list(mem.free), list(mem.count), list(mem.cells)
