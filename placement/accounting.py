@@ -308,7 +308,7 @@ def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> None:
     known = placed is not None and placed.node == ledger.name and bool(placed.cpus)
     if known and placed is not None:
         cpus = {name: kub.mask_of(c) for name, c in placed.cpus}
-        memory = {name: kub.Block(numa, charged, size) for name, numa, charged, size in placed.memory}
+        memory = {name: kub.Block(numa, size) for name, numa, size in placed.memory}
         after = kub.place_known(state, rec.uid, cpus, requested, memory)
     else:
         answer = kub.admit(node, state, kpod)
@@ -346,7 +346,7 @@ def build_kubelet_ledger(name: str, labels: Mapping[str, str], topo: Topology, n
     """A kubelet-static node's ledger: its pods in the order they came, each where its persisted placement says, else
     where the kubelet would have put it then (a guess: the kubelet's choice depends on pods since gone too); then
     the free CPUs per NUMA node that node-feature-discovery publishes are the truth for the pods of unknown
-    placement (observed beats predicted)."""
+    placement (observed beats predicted); where it publishes none, they are charged on every NUMA node."""
     ledger = NodeLedger(name, topo, kub.cpuset(node.reserved), f"kubelet ({node.config.source})", labels,
                         NodeNRI(None, None), stamps=stamps, numa_memory=numa_memory, kubelet=node)
     unknown = []
@@ -355,8 +355,10 @@ def build_kubelet_ledger(name: str, labels: Mapping[str, str], topo: Topology, n
         if not (rec.placed and rec.placed.node == name and rec.placed.cpus) and rec.kpod and rec.kpod.exclusive:
             unknown.append(rec.uid)
     published = kubeletnode.zone_available(nrt, topo.numa_count)
-    if published is not None and ledger.kstate is not None:
+    if ledger.kstate is not None and published is not None:
         ledger.kubelet_put(kub.reconcile(node, ledger.kstate, published, unknown, UNSEEN))
+    elif ledger.kstate is not None and unknown:
+        ledger.kubelet_put(kub.pessimize(node, ledger.kstate, unknown, UNSEEN))
     return ledger
 
 

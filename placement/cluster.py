@@ -64,6 +64,7 @@ class NodeInfo:
     capacity_memory: str | None = None
     taints: tuple[Taint, ...] = ()  # the NoSchedule and NoExecute ones
     allocatable_cpu: str | None = None  # capacity less what the kubelet reserves
+    total_memory: str | None = None  # status.capacity.memory: the machine's, reserved memory included
 
 
 def pod_priority(spec: Mapping[str, Any]) -> int:
@@ -113,6 +114,7 @@ def _slim_node(obj: Mapping[str, Any]) -> NodeInfo:
         capacity_memory=None if memory is None else str(memory),
         taints=node_taints(obj.get("spec") or {}),
         allocatable_cpu=None if (alloc := (status.get("allocatable") or {}).get("cpu")) is None else str(alloc),
+        total_memory=None if (total := (status.get("capacity") or {}).get("memory")) is None else str(total),
     )
 
 
@@ -424,7 +426,7 @@ class ClusterState:
         records = [self.pods[u] for u in self._pods_on.get(name, ()) if u in self.pods]
         if policy is None:
             try:
-                kubelet = kubelet_node(self.settings, node.labels, topo, nrt, memory, node.capacity_cpu,
+                kubelet = kubelet_node(self.settings, node.labels, topo, nrt, node.total_memory, node.capacity_cpu,
                                        node.allocatable_cpu)
             except NodeError as exc:
                 self._note(f"node {name}: its kubelet would not start with these settings ({exc}); "

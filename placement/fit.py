@@ -511,11 +511,11 @@ def placed_cpus(result: Fit) -> tuple[tuple[str, CPUSet], ...]:
     return tuple(sorted((name, kub.cpuset(mask)) for name, mask in result.admitted.cpus.items()))
 
 
-def placed_memory(result: Fit) -> tuple[tuple[str, int, int, int], ...]:
+def placed_memory(result: Fit) -> tuple[tuple[str, int, int], ...]:
     """kubelet-static with the Static Memory Manager: each container's memory block, for the persisted placement."""
     if result.admitted is None:
         return ()
-    return tuple((name, b.numa, b.charged, b.size) for name, b in result.admitted.memory.items())
+    return tuple((name, b.numa, b.size) for name, b in result.admitted.memory.items())
 
 
 def holding_for(uid: str, demand: ModelDemand, result: Fit, numa_count: int, assumed_at: float | None = None

@@ -439,6 +439,38 @@ def _stdev(values: Sequence[int]) -> float:
     return round(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) * 1000) / 1000
 
 
+class _GoSlice(NamedTuple):
+    """A combination as Go's iterateCombinations hands it out: a slice (array, length) whose array later
+    combinations may write into."""
+
+    array: list[int]
+    length: int
+
+    def now(self) -> tuple[int, ...]:
+        return tuple(self.array[:self.length])
+
+
+def _go_combinations(items: Sequence[int], k: int) -> Iterator[_GoSlice]:
+    """cpuAccumulator.iterateCombinations, append's growth included: the slice of a combination of 4, or of 6 to 8,
+    shares its array with the next ones of the same prefix, so one the caller keeps ends up with their last
+    elements (cpu_assignment.go keeps bestCombo and bestRemainder this way, and the kubelet uses what they hold
+    when the loop ends)."""
+    def helper(left: int, start: int, array: list[int], length: int, cap: int) -> Iterator[_GoSlice]:
+        if left == 0:
+            yield _GoSlice(array, length)
+            return
+        for i in range(start, len(items) - left + 1):
+            if length < cap:
+                child, child_cap = array, cap
+            else:
+                child_cap = max(1, cap * 2)
+                child = array[:length] + [0] * (child_cap - length)
+            child[length] = items[i]
+            yield from helper(left - 1, i + 1, child, length + 1, child_cap)
+    if k >= 1:
+        yield from helper(k, 0, [], 0, 0)
+
+
 def _take_distributed(m: Machine, avail: int, need: int, group: int) -> int | None:
     """takeByTopologyNUMADistributed (distribute-cpus-across-numa): evenly over the fewest NUMA nodes that balance
     what stays free best; packed where no even split exists."""
@@ -456,8 +488,9 @@ def _take_distributed(m: Machine, avail: int, need: int, group: int) -> int | No
     needed_groups = (need - 1) // group + 1
     lo, hi = (needed_groups - 1) // per_numa_groups + 1, min(needed_groups, len(numas))
     for k in range(lo, hi + 1):
-        best: tuple[float, tuple[int, ...], tuple[int, ...]] | None = None
-        for combo in itertools.combinations(numas, k):
+        best: tuple[float, _GoSlice, _GoSlice | None] | None = None
+        for kept in _go_combinations(numas, k):
+            combo = kept.now()
             if best is not None and best[0] == 0:
                 break
             if sum(free[n] for n in combo) < need or sum(free[n] // group for n in combo) * group < need:
@@ -469,15 +502,17 @@ def _take_distributed(m: Machine, avail: int, need: int, group: int) -> int | No
             for n in combo:
                 after[n] -= share
             remainder = need - share * k
-            local: tuple[float, tuple[int, ...]] | None = (_stdev(list(after.values())), ()) if remainder == 0 \
-                else None
+            local: tuple[float, _GoSlice | None] | None = (_stdev(list(after.values())), None) \
+                if remainder == 0 else None
             candidates = [n for n in combo if after[n] >= group]
             for size in range(len(candidates), 0, -1) if remainder else ():
-                for subset in itertools.combinations(candidates, size):
+                for held in _go_combinations(candidates, size):
+                    subset = held.now()
                     left, trial = remainder, dict(after)
                     if sum(trial[n] for n in subset) < left:
                         continue
                     while left > 0:
+                        before = left
                         for n in subset:
                             if left == 0:
                                 break
@@ -485,19 +520,24 @@ def _take_distributed(m: Machine, avail: int, need: int, group: int) -> int | No
                                 continue
                             trial[n] -= group
                             left -= group
+                        if left == before:  # the kubelet would loop here for good; no split of this subset
+                            break
+                    if left > 0:
+                        continue
                     balance = _stdev(list(trial.values()))
                     if local is None or balance < local[0]:
-                        local = (balance, subset)
+                        local = (balance, held)
             if local is not None and (best is None or local[0] < best[0]):
-                best = (local[0], combo, local[1])
+                best = (local[0], kept, local[1])
         if best is None:
             continue
-        _, combo, extra = best
-        share = need // len(combo) // group * group
-        for n in combo:
+        chosen, extra = best[1].now(), best[2].now() if best[2] is not None else ()
+        share = need // len(chosen) // group * group
+        for n in chosen:
             acc.take(take_packed(m, m.numa[n] & acc.avail, share) or 0)
-        left = need - share * len(combo)
+        left = need - share * len(chosen)
         while left > 0:
+            before = left
             for n in extra:
                 if left == 0:
                     break
@@ -505,6 +545,8 @@ def _take_distributed(m: Machine, avail: int, need: int, group: int) -> int | No
                     continue
                 acc.take(take_packed(m, m.numa[n] & acc.avail, group) or 0)
                 left -= group
+            if left == before:
+                return None
         return acc.result if acc.need == 0 else None
     return take_packed(m, avail, need)
 
@@ -549,17 +591,27 @@ def _charge(free: list[int], count: list[int], cells: list[int], mask: int, size
             size -= take
 
 
+def _with_blocks(mem: MemoryState, uid: str, blocks: Mapping[str, Block]) -> MemoryState:
+    """`mem` with pod `uid`'s running containers' blocks charged, in the pod's order."""
+    if not blocks:
+        return mem
+    free, count, cells = list(mem.free), list(mem.count), list(mem.cells)
+    for block in blocks.values():
+        _charge(free, count, cells, block.numa, block.size)
+    return MemoryState(tuple(free), tuple(count), tuple(cells), mem.allocatable,
+                       {**mem.blocks, uid: {name: (b.numa, b.size) for name, b in blocks.items()}})
+
+
 class _MemoryPass:
     """One pod's admission on a scratch copy of the Memory Manager's machine state."""
 
-    __slots__ = ("allocatable", "blocks", "cells", "charged", "count", "free", "node", "pod", "reuse")
+    __slots__ = ("allocatable", "blocks", "cells", "count", "free", "node", "pod", "reuse")
 
     def __init__(self, node: KubeletNode, mem: MemoryState, pod: KPod) -> None:
         self.node, self.pod = node, pod
         self.free, self.count, self.cells = list(mem.free), list(mem.count), list(mem.cells)
         self.allocatable = mem.allocatable
         self.blocks: dict[str, tuple[int, int]] = {}
-        self.charged: dict[str, int] = {}
         self.reuse: dict[int, int] = {}  # initContainersReusableMemory: NUMA mask -> bytes
 
     def calculate(self, request: int) -> list[Hint]:
@@ -617,8 +669,7 @@ class _MemoryPass:
                                         for i in bits(mask)):
             return _unexpected("[memorymanager] preferred hint violates NUMA node allocation")
         reusable = self.reuse.get(mask, 0)
-        self.charged[c.name] = 0 if reusable >= request else request - reusable
-        _charge(self.free, self.count, self.cells, mask, self.charged[c.name])
+        _charge(self.free, self.count, self.cells, mask, 0 if reusable >= request else request - reusable)
         if c.kind == "init":
             self.reuse[mask] = max(self.reuse.get(mask, 0), request)
         elif self.reuse.get(mask):
@@ -643,13 +694,14 @@ class _MemoryPass:
             size -= moved
 
     def placed(self) -> dict[str, Block]:
-        return {name: Block(numa, self.charged[name], size) for name, (numa, size) in self.blocks.items()}
+        """The blocks of the containers that run once the pod started: every one but its regular init containers,
+        whose memory the kubelet frees as the next container starts."""
+        init = {c.name for c in self.pod.containers if c.kind == "init"}
+        return {name: Block(numa, size) for name, (numa, size) in self.blocks.items() if name not in init}
 
     def state(self, before: MemoryState) -> MemoryState:
-        blocks = dict(before.blocks)
-        if self.blocks:
-            blocks[self.pod.uid] = dict(self.blocks)
-        return MemoryState(tuple(self.free), tuple(self.count), tuple(self.cells), self.allocatable, blocks)
+        """The machine state once the pod runs: `before` with the running containers' blocks."""
+        return _with_blocks(before, self.pod.uid, self.placed())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -848,12 +900,11 @@ class Rejected(NamedTuple):
 
 
 class Block(NamedTuple):
-    """A container's memory under the Static Memory Manager."""
+    """A running container's memory under the Static Memory Manager (a regular init container's is freed when the
+    next container starts: memorymanager's AddContainer)."""
 
     numa: int  # its NUMA nodes (bitmask)
-    charged: int  # bytes it took from their free memory when allocated (less what an init container left to reuse)
-    size: int  # bytes it gives back when the pod goes (less what later containers took over from an init one)
-
+    size: int  # bytes
 
 class Admitted(NamedTuple):
     cpus: Mapping[str, int]  # container -> its exclusive CPUs (only containers that have some)
@@ -1056,6 +1107,33 @@ def reconcile(node: KubeletNode, state: KState, published: Sequence[int], unknow
     return after
 
 
+def pessimize(node: KubeletNode, state: KState, unknown: Iterable[str], unseen: str) -> KState:
+    """Where nothing says where the pods of unknown placement are (no NodeResourceTopology), each NUMA node is
+    charged as if they were all there: the CPUs they were guessed to hold elsewhere are held on it too, so nothing
+    admitted next counts on CPUs they may hold."""
+    m = node.machine
+    held = [0] * m.numa_count
+    for uid in unknown:
+        for cpus in state.assigned.get(uid, {}).values():
+            for numa, count in enumerate(m.per_numa(cpus)):
+                held[numa] += count
+    total = sum(held)
+    if not total:
+        return state
+    after = state.copy()
+    extra = 0
+    for numa in range(m.numa_count):
+        want = total - held[numa]
+        free = available(node, after) & m.numa[numa]
+        got = take_packed(m, free, min(want, free.bit_count())) or 0
+        after.default &= ~got
+        extra |= got
+    if extra:
+        after.assigned[unseen] = {"": extra}
+        after.request(unseen, (0, 0))
+    return after
+
+
 def rekey(state: KState, old: str, new: str) -> KState:
     """The state with pod `old`'s CPUs and requests under uid `new` (a fit asks for a pod not yet named)."""
     after = state.copy()
@@ -1091,11 +1169,6 @@ def place_known(state: KState, uid: str, cpus: Mapping[str, int], requested: tup
     if cpus:
         after.assigned[uid] = dict(cpus)
     after.request(uid, requested)
-    mem = after.memory
-    if mem is not None and memory:
-        free, count, cells = list(mem.free), list(mem.count), list(mem.cells)
-        for block in memory.values():
-            _charge(free, count, cells, block.numa, block.charged)
-        after.memory = MemoryState(tuple(free), tuple(count), tuple(cells), mem.allocatable,
-                                   {**mem.blocks, uid: {name: (b.numa, b.size) for name, b in memory.items()}})
+    if after.memory is not None and memory:
+        after.memory = _with_blocks(after.memory, uid, memory)
     return after

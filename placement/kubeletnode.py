@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -126,9 +126,28 @@ def _node(topology: Topology, packages: int, memory: tuple[int, ...], config: ku
     return kub.kubelet_node(kub.machine(topology, packages, memory), config)
 
 
+def machine_memory(nrt: Mapping[str, Any] | None, total: str | None, numa_count: int) -> tuple[int, ...]:
+    """Bytes of memory per NUMA node as the kubelet's cadvisor sees them (reserved memory included): the `node-N`
+    zones' memory capacity, else the node's capacity split evenly; () when neither is known."""
+    zones: dict[int, int] = {}
+    for zone in (nrt or {}).get("zones") or ():
+        match = NUMA_ZONE.match(str(zone.get("name", "")))
+        for res in (zone.get("resources") or ()) if match else ():
+            if isinstance(res, Mapping) and res.get("name") == "memory":
+                with contextlib.suppress(QuantityError):
+                    zones[int(match.group(1))] = memory_bytes(res.get("capacity"))  # type: ignore[union-attr]
+    if len(zones) == numa_count and all(zones.values()):
+        return tuple(zones[i] for i in range(numa_count))
+    with contextlib.suppress(QuantityError):
+        if total is not None and numa_count:
+            return (memory_bytes(total) // numa_count,) * numa_count
+    return ()
+
+
 def kubelet_node(settings: Settings, labels: Mapping[str, str], topology: Topology, nrt: Mapping[str, Any] | None,
-                 memory: Sequence[int], capacity_cpu: str | None, allocatable_cpu: str | None) -> kub.KubeletNode:
+                 total_memory: str | None, capacity_cpu: str | None, allocatable_cpu: str | None) -> kub.KubeletNode:
     """The node as its kubelet runs it. Raises kubelet.NodeError where the kubelet would not start."""
+    memory = machine_memory(nrt, total_memory, topology.numa_count)
     config = kubelet_config(settings, labels, nrt, capacity_cpu, allocatable_cpu)
     group = group_for(settings, labels)
     packages = group.packages if group is not None and group.packages is not None else None

@@ -71,9 +71,9 @@ class Placed(NamedTuple):
     per_numa: tuple[tuple[int, int], ...]  # (NUMA node id, cores)
     types: tuple[str, ...]  # every balloon type instantiated: what balance-balloons counts
     # kubelet-static: each container's exclusive CPUs, as the kubelet's CPU Manager takes them, and its memory
-    # block under the Static Memory Manager (NUMA bitmask, bytes charged, bytes held)
+    # block under the Static Memory Manager (NUMA bitmask, bytes)
     cpus: tuple[tuple[str, CPUSet], ...] = ()
-    memory: tuple[tuple[str, int, int, int], ...] = ()
+    memory: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def cores(self) -> int:
@@ -85,7 +85,7 @@ class Placed(NamedTuple):
         if self.cpus:
             raw["cpus"] = {name: str(cpus) for name, cpus in self.cpus}
         if self.memory:
-            raw["memory"] = {name: [numa, charged, size] for name, numa, charged, size in self.memory}
+            raw["memory"] = {name: [numa, size] for name, numa, size in self.memory}
         return orjson.dumps(raw).decode()
 
     @classmethod
@@ -98,13 +98,13 @@ class Placed(NamedTuple):
             node, numa, types = raw["node"], raw["numa"], raw["types"]
             per_numa = tuple(sorted((int(n), c) for n, c in numa.items()))
             cpus = tuple(sorted((str(name), CPUSet.parse(value)) for name, value in (raw.get("cpus") or {}).items()))
-            memory = tuple((str(name), int(n), int(c), int(b)) for name, (n, c, b) in (raw.get("memory") or {}).items())
+            memory = tuple((str(name), int(n), int(b)) for name, (n, b) in (raw.get("memory") or {}).items())
         except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
             return None
         if not isinstance(node, str) or not isinstance(types, list) or not all(isinstance(t, str) for t in types) \
                 or not all(n >= 0 and type(c) is int and c >= 0 for n, c in per_numa):
             return None
-        if any(min(n, c, b) < 0 for _, n, c, b in memory):
+        if any(min(n, b) < 0 for _, n, b in memory):
             return None
         return cls(node, per_numa, tuple(types), cpus, memory)
 

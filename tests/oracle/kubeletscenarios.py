@@ -204,6 +204,7 @@ class Tally:
     admitted_rejected: dict[str, int] = field(default_factory=dict)  # by the kubelet's Reason
     refused_ok: int = 0  # refused, and the kubelet would have rejected it too
     refused_needless: int = 0  # refused, but the kubelet would have admitted it
+    refused_unasked: int = 0  # refused on a Static Memory Manager node, not asked of the kubelet
     drift: int = 0  # admitted, and a container's CPUs not on the NUMA nodes predicted
     exact: int = 0  # admitted with every container's cpuset as predicted
     problems: list[str] = field(default_factory=list)
@@ -215,6 +216,7 @@ class Tally:
             self.admitted_rejected[reason] = self.admitted_rejected.get(reason, 0) + n
         self.refused_ok += other.refused_ok
         self.refused_needless += other.refused_needless
+        self.refused_unasked += other.refused_unasked
         self.drift += other.drift
         self.exact += other.exact
         self.problems.extend(other.problems)
@@ -252,9 +254,14 @@ class KubeletNode:
         demand = read_model_pod(mutated, self.settings)
         uid = mutated["metadata"]["uid"]
         verdict = AssumeCache(cluster).assume(uid, "models", name, demand, NODE)
+        t = self.tally
+        if not verdict.ok and self.s.memory_policy == "Static":
+            # A pod we refuse never reaches the node; asking the kubelet anyway would change its Static Memory
+            # Manager's NUMA groups (a rejected or removed pod's block leaves its NUMA nodes' groups as it set them).
+            t.refused_unasked += live
+            return verdict, Verdict(False, None, None, {}, self.free)
         answer = self.peer.add(bound(mutated, None))
         self.free = answer.free
-        t = self.tally
         if verdict.ok:
             if not answer.admit:
                 t.admitted_rejected[answer.reason] = t.admitted_rejected.get(answer.reason, 0) + 1
@@ -286,6 +293,14 @@ class KubeletNode:
 
     def add_other(self, name: str, kind: str, cpu: int) -> bool:
         pod = other_pod(name, kind, cpu)
+        ledger = self.cluster.ledger(NODE)
+        assert ledger is not None and ledger.kubelet is not None and ledger.kstate is not None
+        if self.s.memory_policy == "Static" and isinstance(
+                kub.admit(ledger.kubelet, ledger.kstate, kub.kubelet_pod(pod["metadata"]["uid"], pod["spec"])),
+                kub.Rejected):
+            # Another scheduler's pod the kubelet would fail: its partial memory block would leave the Static
+            # Memory Manager's NUMA groups changed, which no object shows (docs/design.md); not played.
+            return False
         answer = self.peer.add(pod)
         self.free = answer.free
         if not answer.admit:
