@@ -445,22 +445,6 @@ def _not_pinned(pod: kub.KPod | None, container: str) -> str | None:
     return None
 
 
-def _kubelet_detail(demand: ModelDemand, node: kub.KubeletNode, state: kub.KState, answer: kub.Rejected,
-                    empty: bool) -> str:
-    """What was asked and what the node has, in the kubelet's terms."""
-    m = node.machine
-    total = [(mask & ~node.reserved).bit_count() for mask in m.numa]
-    asked = demand.kpod.pod_cpus() if demand.kpod is not None and node.config.topology_scope == kub.POD \
-        else demand.cpus
-    if answer.reason != kub.TOPOLOGY_AFFINITY_ERROR:
-        return answer.message.removeprefix("Pod was rejected: ")
-    if empty:
-        return f"{asked} CPUs fit no NUMA node of nodes of this shape, the largest holds {max(total)}"
-    free = kub.free_per_numa(node, state)
-    return f"{asked} CPUs fit no NUMA node now; free CPUs " + ", ".join(
-        f"NUMA {i}: {f} of {t}" for i, (f, t) in enumerate(zip(free, total)))
-
-
 def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footprint, strategy: str) -> Fit:
     node, state = ledger.kubelet, ledger.kstate
     if node is None or state is None:
@@ -473,9 +457,10 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
     answer = empty if isinstance(empty, kub.Rejected) else kub.admit(node, state, pod)
     if isinstance(answer, kub.Rejected):
         never = answer is empty
-        detail = _kubelet_detail(demand, node, state, answer, never)
+        asked = pod.pod_cpus() if node.config.topology_scope == kub.POD else demand.cpus
         why_not = reasons.KubeletRejects(answer.reason, answer.message.removeprefix("Pod was rejected: "),
-                                         node.config.describe(), detail)
+                                         node.config.describe(), asked, node.allocatable_per_numa,
+                                         () if never else kub.free_per_numa(node, state))
         return _refuse(name, why_not, not never, fp)
     model = answer.cpus.get(demand.container, 0)
     m = node.machine

@@ -86,6 +86,7 @@ class Machine:
     # Every non-empty set of NUMA nodes as the Topology Manager walks them (fewest first, then by id): (NUMA
     # bitmask, its CPUs, how many NUMA nodes), and the most CPUs any set of k NUMA nodes holds, at [k].
     masks: tuple[tuple[int, int, int], ...]
+    by_size: tuple[tuple[tuple[int, int], ...], ...]  # at [k]: (NUMA bitmask, its CPUs) of every set of k, lowest first
     most_cpus: tuple[int, ...]
     socket_cores: Mapping[int, tuple[int, ...]]  # socket id -> its core ids
     numa_cores: tuple[tuple[int, ...], ...]  # NUMA node -> its core ids
@@ -150,7 +151,10 @@ def machine(topology: Topology, packages: int, memory: tuple[int, ...]) -> Machi
                 for core, threads in cores.items())
     return Machine(numa, numa_socket, sockets, cores, cpu_core, cpu_numa,
                    memory if len(memory) == count else (0,) * count, distances, mask_of(topology.cpus),
-                   total // max(1, len(cores)), total // max(1, len(sockets)), tuple(masks), tuple(most),
+                   total // max(1, len(cores)), total // max(1, len(sockets)), tuple(masks),
+                   tuple(tuple(sorted((mask, cpus) for mask, cpus, size in masks if size == k))
+                         for k in range(count + 1)),
+                   tuple(most),
                    socket_cores, numa_cores,
                    tuple(k * width for k in range(1, topology.threads_per_core)) if linux else (),
                    mask_of(cores) if linux else 0)
@@ -195,6 +199,10 @@ class KubeletNode:
     @property
     def allocatable(self) -> int:
         return self.machine.all & ~self.reserved
+
+    @property
+    def allocatable_per_numa(self) -> tuple[int, ...]:
+        return self.machine.per_numa(self.allocatable)
 
     def option(self, name: str) -> bool:
         return name in self.config.cpu_options
@@ -974,8 +982,9 @@ class _Pass:
             if cfg.topology_policy == SINGLE_NUMA_NODE and smallest > 1:
                 return Hint(None, False), False
             avail, reuse = self.available(), self.reuse
-            lowest = min((mask for mask, numa, size in m.masks if size == smallest and not reuse & ~numa
-                          and (reuse | (avail & numa)).bit_count() >= cpus), default=None)
+            # by_size is in mask order: the first with room is the lowest.
+            lowest = next((mask for mask, numa in m.by_size[smallest] if not reuse & ~numa
+                           and (reuse | (avail & numa)).bit_count() >= cpus), None)
             if lowest is None:
                 return Hint(None, False), False
             return (Hint(None, True) if lowest == (1 << m.numa_count) - 1 and cfg.topology_policy == SINGLE_NUMA_NODE
@@ -1069,7 +1078,8 @@ def _predicate(node: KubeletNode, state: KState, pod: KPod) -> Rejected | None:
                                      f"{used}, capacity: {allocatable_milli}")
     allocatable_memory = sum(node.machine.memory) - sum(node.config.reserved_memory)
     used = state.used[1]
-    if pod.memory and used + pod.memory > allocatable_memory:
+    # A machine whose memory nothing reports (no NodeResourceTopology zones, no capacity): not checked.
+    if pod.memory and any(node.machine.memory) and used + pod.memory > allocatable_memory:
         return _rejected("OutOfmemory", f"Node didn't have enough resource: memory, requested: {pod.memory}, used: "
                                         f"{used}, capacity: {allocatable_memory}")
     return None

@@ -242,14 +242,23 @@ class KubeletRejects(NamedTuple):
     the replacement lands here again)."""
 
     reason: str  # TopologyAffinityError, SMTAlignmentError, UnexpectedAdmissionError, OutOfcpu
-    message: str  # the kubelet's own, without "Pod was rejected: "
+    message: str  # the kubelet's own, after "Pod was rejected: "
     config: str  # the node's Topology Manager policy and scope
-    detail: str  # what was asked and what is free, per NUMA node
+    asked: int  # CPUs the Topology Manager aligns (the container's, or the pod's under pod scope)
+    total: tuple[int, ...]  # per NUMA node, the CPUs the kubelet can ever give (all but the reserved)
+    free: tuple[int, ...] = ()  # per NUMA node, free now; (): it rejects it on an empty node too
 
     check: str = KUBELET_REJECTS
 
     def text(self) -> str:
-        return f"the kubelet ({self.config}) would fail the pod with {self.reason}: {self.detail}"
+        if self.reason != "TopologyAffinityError":
+            detail = self.message
+        elif not self.free:
+            detail = f"{self.asked} CPUs fit no NUMA node of nodes of this shape, the largest holds {max(self.total)}"
+        else:
+            detail = f"{self.asked} CPUs fit no NUMA node now; free CPUs " + ", ".join(
+                f"NUMA {i}: {f} of {t}" for i, (f, t) in enumerate(zip(self.free, self.total)))
+        return f"the kubelet ({self.config}) would fail the pod with {self.reason}: {detail}"
 
 
 # What the pods on the node decide: evicting some could make room.

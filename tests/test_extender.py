@@ -49,7 +49,9 @@ async def test_filter_nodecache_form_answers_nodenames_with_all_five_keys(ext: E
     assert set(answer) == FILTER_KEYS
     assert answer["Nodes"] is None
     assert answer["NodeNames"] == ["cpu-a1", "cpu-a2", "cpu-b1", "cpu-icx", "cpu-nosmt", "cpu-snc4"]
-    assert set(answer["FailedNodes"]) == {"cpu-full"} and answer["FailedAndUnresolvableNodes"] == {}
+    # cpu-ks1 and cpu-ks2 pin with the kubelet: no balloon can ever be made there.
+    assert set(answer["FailedNodes"]) == {"cpu-full"}
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"cpu-ks1", "cpu-ks2"}
     assert answer["Error"] == ""
     # Every candidate is accounted for exactly once, as the scheduler maps them back.
     judged = answer["NodeNames"] + list(answer["FailedNodes"]) + list(answer["FailedAndUnresolvableNodes"])
@@ -228,13 +230,13 @@ async def test_filter_and_prioritize_metrics_and_one_log_line_per_call(ext: Ext,
     caplog.set_level(logging.INFO, logger="model_placement.extender")
     await ext.filter(model_pod(tp=4, cpus=16), DEMO_NODES)
     after = {o: metrics.FILTER_NODES.labels(o)._value.get() - before[o] for o in before}
-    assert after == {"passed": 1, "failed": 0, "unresolvable": 6}  # only cpu-snc4 has 4 NUMA nodes
+    assert after == {"passed": 1, "failed": 0, "unresolvable": 8}  # only cpu-snc4 has 4 NUMA nodes and a balloon
     (line,) = [r for r in caplog.records if r.name == "model_placement.extender"]
     assert line.verb == "filter" and line.pod == "llm-inference/qwen3-0-6b-predictor-7d9f8c6b5-x2k9q"  # type: ignore[attr-defined]
     assert (line.nodes_in, line.nodes_out, line.decision) == (7, 1, "fits")  # type: ignore[attr-defined]
     assert len(line.first_reasons) == 3 and line.first_reasons[0].startswith("cpu-a1: ")  # type: ignore[attr-defined]
     # Each demo node has a BalloonsPolicy of its own (node.NAME), so each is a shape of its own: seven fits.
-    assert line.duration_ms >= 0 and "TP=4" in line.demand and line.count == 7  # type: ignore[attr-defined]
+    assert line.duration_ms >= 0 and "TP=4" in line.demand and line.count == 9  # type: ignore[attr-defined]
     assert "(NUMA 0: 29/29, NUMA 1: 29/29 free cores)" in line.first_reasons[0]  # type: ignore[attr-defined]
     caplog.clear()
     caplog.set_level(logging.DEBUG, logger="model_placement.extender")

@@ -44,7 +44,7 @@ def test_every_node_with_its_numbers_and_the_change_that_would_fit(tmp_path: Pat
     # Too small even when empty: the largest request that would fit there.
     assert nodes["cpu-snc4"]["change"] == "ask for at most 44 CPUs (the pod asks for 48)"
     text = cli("--cluster", cluster_file(tmp_path, pending), "explain", "big-model", "-n", "llm-inference")
-    assert text.returncode == 0 and "fits 4 of 7 nodes now" in text.stdout.splitlines()[0]
+    assert text.returncode == 0 and "fits 4 of 9 nodes now" in text.stdout.splitlines()[0]
     assert f"cpu-full: {full['free']}" in text.stdout
 
 

@@ -82,10 +82,17 @@ CASES: list[tuple[r.Reason, str, str]] = [
     (r.NoFreeMemory(5 * 2**30, (1,)), r.INSUFFICIENT_FREE_MEMORY,
      "needs 5Gi free memory on each of its NUMA nodes (pinMemory); the plugin would put it on NUMA node 1"),
     (r.KubeletRejects("TopologyAffinityError", "Resources cannot be allocated with Topology locality",
-                      "Topology Manager single-numa-node, scope container",
-                      "40 CPUs fit no NUMA node of nodes of this shape, the largest holds 32"), r.KUBELET_REJECTS,
+                      "Topology Manager single-numa-node, scope container", 40, (30, 32)), r.KUBELET_REJECTS,
      "the kubelet (Topology Manager single-numa-node, scope container) would fail the pod with TopologyAffinityError: "
      "40 CPUs fit no NUMA node of nodes of this shape, the largest holds 32"),
+    (r.KubeletRejects("TopologyAffinityError", "Resources cannot be allocated with Topology locality",
+                      "Topology Manager restricted, scope pod", 20, (30, 32), (12, 4)), r.KUBELET_REJECTS,
+     "the kubelet (Topology Manager restricted, scope pod) would fail the pod with TopologyAffinityError: 20 CPUs fit "
+     "no NUMA node now; free CPUs NUMA 0: 12 of 30, NUMA 1: 4 of 32"),
+    (r.KubeletRejects("SMTAlignmentError", "SMT Alignment Error: requested 3 cpus not multiple cpus per core = 2",
+                      "Topology Manager none, scope container", 3, (30, 32)), r.KUBELET_REJECTS,
+     "the kubelet (Topology Manager none, scope container) would fail the pod with SMTAlignmentError: SMT Alignment "
+     "Error: requested 3 cpus not multiple cpus per core = 2"),
     (r.NotKubeletNode(), r.NOT_KUBELET_NODE,
      "kubelet-static pod, but the NRI balloons plugin pins CPUs on these nodes (set model-manager.io/cpu-policy: "
      "nri-balloons, or schedule it to a kubelet-static node group)"),

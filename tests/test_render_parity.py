@@ -128,7 +128,7 @@ def test_render_and_the_server_agree_on_50_pods(fleet: str, tmp_path: Path) -> N
                 continue
             every = sorted(r["node"] for r in entry["ranking"]) + [f["node"] for f in entry["filtered"]] + \
                 [x["node"] for x in entry["excluded"]]
-            assert len(set(every)) == len(every) == 7  # each node once: ranked, filtered or not offered
+            assert len(set(every)) == len(every) == 9  # each node once: ranked, filtered or not offered
             args = {"Pod": patched, "Nodes": None, "NodeNames": every}
             filtered = post(conn, "/filter", args)
             assert sorted(filtered["NodeNames"]) == sorted(r["node"] for r in entry["ranking"])
