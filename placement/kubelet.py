@@ -94,6 +94,8 @@ class Machine:
     # level; () where the machine is numbered otherwise.
     sibling_stride: tuple[int, ...]
     primaries: int
+    numa_first: bool  # at least as many sockets as NUMA nodes: the accumulator orders NUMA nodes before sockets
+    smallest_numa: int  # CPUs of the smallest NUMA node
 
     @property
     def numa_count(self) -> int:
@@ -157,7 +159,8 @@ def machine(topology: Topology, packages: int, memory: tuple[int, ...]) -> Machi
                    tuple(most),
                    socket_cores, numa_cores,
                    tuple(k * width for k in range(1, topology.threads_per_core)) if linux else (),
-                   mask_of(cores) if linux else 0)
+                   mask_of(cores) if linux else 0, len(sockets) >= count,
+                   min((n.bit_count() for n in numa), default=0))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -347,7 +350,7 @@ class _Accumulator:
 
     def __init__(self, m: Machine, avail: int, need: int) -> None:
         self.m, self.avail, self.need, self.result = m, avail, need, 0
-        self.numa_first = len(m.sockets) >= m.numa_count
+        self.numa_first = m.numa_first
 
     def _sorted(self, ids: Iterable[int], cpus_of: Mapping[int, int] | Sequence[int]) -> list[int]:
         avail = self.avail
@@ -387,12 +390,16 @@ class _Accumulator:
 
     def take_full_numa(self) -> None:
         m = self.m
+        if self.need < m.smallest_numa:  # nothing to take: skip the sort
+            return
         for n in self.numa_nodes():
             if m.numa[n] & self.avail == m.numa[n] and self.need >= m.numa[n].bit_count():
                 self.take(m.numa[n])
 
     def take_full_sockets(self) -> None:
         m = self.m
+        if self.need < m.cpus_per_socket:
+            return
         for s in self.sockets():
             cpus = m.sockets[s]
             if (cpus & self.avail).bit_count() == m.cpus_per_socket and self.need >= cpus.bit_count():
