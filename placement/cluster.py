@@ -19,11 +19,13 @@ from placement.balloonspolicy import BalloonsPolicy, parse_balloons_policy, poli
 from placement.config import Settings
 from placement.demand import (
     ModelDemand,
+    Routed,
     initializing,
     is_model_pod,
     pod_shared_cpu_milli,
     pod_shared_memory,
     read_model_pod,
+    routed_containers,
 )
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
 from placement.ledger import PLACEMENT, NodeLedger, Placed, Stamps
@@ -89,6 +91,8 @@ class PodRecord(NamedTuple):
     placed: Placed | None = None  # where our /bind put it (the pod's PLACEMENT annotation, or our own decision)
     # deletionTimestamp set: it holds its cores until it is gone, and its replacement may have them
     leaving: bool = False
+    # Not a model pod, but it carries the plugin's balloon annotation: its containers and where it routes them
+    routed: tuple[Routed, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -160,6 +164,14 @@ def _slim_nrt(obj: Mapping[str, Any]) -> dict[str, Any]:
         elif kind == CONTAINER_ZONE and zone.get("parent"):
             containers[name] = str(zone["parent"])
     return {"zones": zones, "balloons": balloons, "containers": containers}
+
+
+def _pinned_containers(rec: PodRecord) -> tuple[str, ...]:
+    """The containers of a pod that may be in a balloon of their own: a model pod's model container, another
+    pod's annotated ones."""
+    if rec.model is not None:
+        return (rec.model.container,)
+    return tuple(r.container for r in rec.routed if r.balloon_type is not None)
 
 
 def _carried(old: PodRecord, new: PodRecord) -> PodRecord:
@@ -314,6 +326,7 @@ class ClusterState:
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
             pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
             placed, bool(meta.get("deletionTimestamp")),
+            routed_containers(meta.get("annotations"), spec) if model is None else (),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------
@@ -329,8 +342,8 @@ class ClusterState:
             ledger = self._ledgers.get(node)
             if ledger is not None and node not in self._dirty:
                 nrt = self.nrts.get(node)
-                if rec.model is not None and nrt is not None and \
-                        f"{rec.namespace}/{rec.name}/{rec.model.container}" in nrt["containers"]:
+                if nrt is not None and any(f"{rec.namespace}/{rec.name}/{name}" in nrt["containers"]
+                                           for name in _pinned_containers(rec)):
                     # The plugin's export already shows where the pod runs (its NRT came before the pod's own
                     # event): rebuilt, the ledger holds it there, not where we predicted.
                     self._stale(node)
