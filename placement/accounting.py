@@ -258,9 +258,15 @@ def placement_agrees(ledger: NodeLedger, demand: ModelDemand, fp: fitmod.Footpri
         return False
     if demand.policy != "nri-balloons":
         return True
+    return len(placed.per_numa) == demand.numa_nodes and types_agree(ledger, demand, placed)
+
+
+def types_agree(ledger: NodeLedger, demand: ModelDemand, placed: Placed) -> bool:
+    """The balloon types a persisted placement records (what balance-balloons counts): the pod's own type first,
+    each one the node's policy defines."""
     policy = ledger.nri.policy
-    return len(placed.per_numa) == demand.numa_nodes and placed.types[:1] == (demand.balloon_type,) \
-        and policy is not None and all(policy.balloon_type(t) is not None for t in placed.types)
+    return placed.types[:1] == (demand.balloon_type,) and policy is not None \
+        and all(policy.balloon_type(t) is not None for t in placed.types)
 
 
 def export_agrees(unclaimed: dict[str, tuple[tuple[int, int], ...]] | None, demand: ModelDemand, placed: Placed,
@@ -306,7 +312,8 @@ def hold_observed(ledger: NodeLedger, rec: Record, demand: ModelDemand, zone: st
     where = {n for n, _ in per_numa}
     predicted = fit(demand, ledger)
     placed = rec.placed
-    if placed is not None and placed.node == ledger.name and {n for n, _ in placed.per_numa} == where:
+    if placed is not None and placed.node == ledger.name and {n for n, _ in placed.per_numa} == where \
+            and types_agree(ledger, demand, placed):
         types = placed.types
     elif predicted.ok and {n for n, _ in predicted.per_numa} == where:
         types = predicted.types
