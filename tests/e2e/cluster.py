@@ -488,8 +488,13 @@ class Cluster:
 
     # -- fleet ----------------------------------------------------------------------------------------------
 
-    def create_namespace(self, name: str, enabled: bool) -> None:
-        labels = {"model-placement.io/enabled": "true"} if enabled else {}
+    def create_namespace(self, name: str, enabled: bool, labels: dict[str, str] | None = None) -> None:
+        """`enabled`: opted in to our webhooks. One that is not stands for pods placed before the install or by
+        hand, which may carry model balloon types (the install's widening label, docs/install.md "What
+        model-placement owns on a pod"), unless `labels` says otherwise."""
+        if labels is None:
+            labels = {"model-placement.io/enabled": "true"} if enabled else \
+                {"model-placement.io/model-balloon-types": "any-pod"}
         self.api.call("POST", "/api/v1/namespaces",
                       {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
         wait_until(f"the default ServiceAccount of {name}",
