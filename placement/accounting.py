@@ -15,7 +15,7 @@ from placement import kubelet as kub
 from placement import kubeletnode, reasons
 from placement import nri as nrimod
 from placement.balloonspolicy import BalloonsPolicy
-from placement.demand import ModelDemand
+from placement.demand import ModelDemand, Routed
 from placement.ledger import Holding, NodeLedger, NodeNRI, Placed, Stamps
 from placement.topology import CPUSet, CPUSetError, Topology
 
@@ -53,9 +53,13 @@ class Record(Protocol):
     @property
     def leaving(self) -> bool: ...
     @property
+    def routed(self) -> tuple[Routed, ...]: ...
+    @property
     def created(self) -> str: ...
     @property
     def kpod(self) -> kub.KPod | None: ...
+    @property
+    def phase(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +152,45 @@ def balloon_of(ledger: NodeLedger, namespace: str) -> str:
     policy = ledger.nri.policy
     return policy.route(namespace).name if policy is not None and ledger.nri.running else ""
 
+def routed_demand(ledger: NodeLedger, rec: Record) -> tuple[ModelDemand, int | None, int] | None:
+    """What the plugin makes of a pod that is no model pod but whose balloon annotation routes containers to a
+    dedicated type of the node's policy (one no namespace routes to): a balloon of that type, as it would make for
+    a model container, holding them all (a pod's second container joins its first one's balloon: FillSamePod). As
+    a model demand of as many ranks as the type spans, so it is held as a model's balloon is, with what its other
+    containers request (CPU, None when there are none, and memory). Containers routed to a second dedicated type
+    stay with those others: no pod has been seen to do that. None when no container is routed so, or the plugin
+    could not make the balloon even on an empty node (it fails the container: the pod is counted as before)."""
+    policy = ledger.nri.policy
+    if not rec.routed or policy is None or not ledger.nri.running:
+        return None
+    dedicated = [r for r in rec.routed if r.balloon_type is not None and r.balloon_type not in policy.shared_types
+                 and policy.balloon_type(r.balloon_type) is not None]
+    if not dedicated:
+        return None
+    first = dedicated[0]
+    mine = [r for r in dedicated if r.balloon_type == first.balloon_type]
+    # A balloon holds at least 1 CPU, whatever its containers request.
+    milli = max(1, sum(r.cpu_milli for r in mine))
+    memory = sum(r.memory_bytes for r in mine)
+    btype = policy.known_type(str(first.balloon_type))
+    empty = nrimod.plan_empty(policy, btype, milli, ledger.capacity, ledger.threads_per_core)
+    if not isinstance(empty, nrimod.Plan):
+        return None
+    demand = ModelDemand(pod=f"{rec.namespace}/{rec.name}", identity=None, container=first.container,
+                         tp=len(empty.per_numa), tp_source=f"balloon type {btype.name}",
+                         requested_policy="nri-balloons", resolved_policy="nri-balloons", balloon_type=btype.name,
+                         cpu_milli=milli, preflight="skip", require_amx=False, node_pin=None, problems=(),
+                         memory_bytes=memory, namespace=rec.namespace)
+    others = None if len(mine) == len(rec.routed) else max(0, (rec.shared_milli or 0) - milli)
+    return demand, others, max(0, rec.shared_memory - memory)
+
+
 def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Observed | None = None,
             unclaimed: dict[str, tuple[tuple[int, int], ...]] | None = None) -> None:
     """Hold what pod `rec` takes on its node's ledger: where the plugin's export shows it, else where its persisted
-    placement says, else a balloon of its type no other pod claims, else wherever it could be (unknown)."""
+    placement says, else a balloon of its type no other pod claims, else wherever it could be (unknown). A pod
+    that is no model pod is held so too where its balloon annotation puts containers in a dedicated balloon: the
+    plugin routes by the annotation, whatever the pod's labels."""
     if ledger.kubelet is not None:
         account_kubelet(ledger, rec, log)
         if rec.leaving:
@@ -159,27 +198,33 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
         return
     demand = rec.model
     balloon = balloon_of(ledger, rec.namespace)
+    # What the pod's other containers request, beside the one with cores of its own.
+    milli, memory = rec.shared_milli, rec.shared_memory
+    if demand is None and (routed := routed_demand(ledger, rec)) is not None:
+        demand, milli, memory = routed
     if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
-        ledger.set_shared(rec.uid, (rec.shared_milli or 0) + (demand.cpu_milli if demand else 0), balloon,
-                          rec.shared_memory + (demand.memory_bytes if demand else 0))
+        ledger.set_shared(rec.uid, (milli or 0) + (demand.cpu_milli if demand else 0), balloon,
+                          memory + (demand.memory_bytes if demand else 0))
         return
-    held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed)
+    held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed, (milli, memory))
     if rec.leaving:
         # The fleet benchmark caught this: a ledger that counted a terminating pod's balloon, gone from the node,
         # foresaw the next balloon on another NUMA node than the plugin chose, and admitted a pod it then split
         # (`fit` now forecasts with and without such pods).
         ledger.mark_leaving(rec.uid)
-    if held and rec.shared_milli is not None:
+    if held and milli is not None:
         # After the model's cores: the kubelet creates the model container before the sidecars listed after it,
         # and their balloon grows from what the model's balloon left (the plugin did so on a full NUMA node). For
         # native sidecars and containers listed before the model, which start first, the order is a guess; live
         # and rebuilt ledgers use the same one.
-        ledger.set_shared(rec.uid, rec.shared_milli, balloon, rec.shared_memory)
+        ledger.set_shared(rec.uid, milli, balloon, memory)
 
 
 def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: str, fit: Fitter, log: Log,
-                observed: Observed | None, unclaimed: dict[str, tuple[tuple[int, int], ...]] | None) -> bool:
-    """`account` for the model container; False when its sidecars were put into the shared pool with it."""
+                observed: Observed | None, unclaimed: dict[str, tuple[tuple[int, int], ...]] | None,
+                others: tuple[int | None, int]) -> bool:
+    """`account` for the model container; False when the pod's other containers (`others`: their CPU and memory)
+    were put into the shared pool with it."""
     zone = observed.container_balloon.get(f"{rec.namespace}/{rec.name}/{demand.container}") if observed else None
     if zone is not None and observed is not None:
         hold_observed(ledger, rec, demand, zone, observed, fit)
@@ -187,15 +232,13 @@ def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: s
     result = fit(demand, ledger)
     if result.footprint is None or result.check in (reasons.BALLOON_TYPE_MISSING, reasons.NRI_NOT_RUNNING):
         # No balloon can exist for it there: it really runs in the shared pool.
-        ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon,
-                          rec.shared_memory + demand.memory_bytes)
+        ledger.set_shared(rec.uid, (others[0] or 0) + demand.cpu_milli, balloon, others[1] + demand.memory_bytes)
         return False
     fp = result.footprint
     placed = rec.placed
-    if placed is not None and placed.node == ledger.name and placed.cores == fp.cores \
-            and hold_placed(ledger, rec, demand, placed):
-        if unclaimed:
-            claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, placed.cores)
+    if placed is not None and placement_agrees(ledger, demand, fp, placed) \
+            and export_agrees(unclaimed, demand, placed, rec.phase != "Pending"):
+        hold_placed(ledger, rec, demand, placed)
         return True
     # Not from a list (the plugin's placement depends on the order of creates and deletes): from a balloon of
     # its type that no pod of known placement holds, when the plugin exports its balloons.
@@ -213,19 +256,58 @@ def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: s
     return True
 
 
-def hold_placed(ledger: NodeLedger, rec: Record, demand: ModelDemand, placed: Placed) -> bool:
-    """Hold the pod where its persisted placement says; False when that cannot be where it runs (a NUMA node
-    the node lacks, or, for a balloon, not one NUMA node per rank). The caller has checked that it holds the
-    cores the pod asks for now (a resized pod's record is stale)."""
-    numa_count = ledger.topology.numa_count
-    if any(n >= numa_count for n, _ in placed.per_numa) or (
-            demand.policy == "nri-balloons" and len(placed.per_numa) != demand.numa_nodes):
+def placement_agrees(ledger: NodeLedger, demand: ModelDemand, fp: fitmod.Footprint, placed: Placed) -> bool:
+    """Can the pod run where its persisted placement says? On this node, with the cores it asks for now (a resized
+    pod's record is stale), on NUMA nodes the node has; for a balloon, on one NUMA node per rank, its own type the
+    first of the types it instantiates and each of them one the node's policy defines. Anything else is a stale or
+    foreign value, no placement."""
+    if placed.node != ledger.name or placed.cores != fp.cores \
+            or any(n >= ledger.topology.numa_count for n, _ in placed.per_numa):
         return False
+    if demand.policy != "nri-balloons":
+        return True
+    return len(placed.per_numa) == demand.numa_nodes and types_agree(ledger, demand, placed)
+
+
+def types_agree(ledger: NodeLedger, demand: ModelDemand, placed: Placed) -> bool:
+    """The balloon types a persisted placement records (what balance-balloons counts): the pod's own type first,
+    each one the node's policy defines."""
+    policy = ledger.nri.policy
+    return placed.types[:1] == (demand.balloon_type,) and policy is not None \
+        and all(policy.balloon_type(t) is not None for t in placed.types)
+
+
+def export_agrees(unclaimed: dict[str, tuple[tuple[int, int], ...]] | None, demand: ModelDemand, placed: Placed,
+                  started: bool) -> bool:
+    """Where the plugin exports its balloons (`unclaimed`: those no exported container zone names), a persisted
+    placement holds where a balloon of the pod's type lies on its NUMA nodes (claimed for it here). Where none
+    does, it holds for a pod not `started` (bound, its balloon perhaps not made yet), and for a started one while
+    no balloon of its type is left unheld; one that is, elsewhere, is where the pod really is."""
+    if unclaimed is None or demand.policy != "nri-balloons":
+        return True
+    if claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, placed.cores) is not None:
+        return True
+    return not started or not any(name.startswith(demand.balloon_type + "[") for name in unclaimed)
+
+
+def exported_where_placed(rec: Record, unclaimed: Mapping[str, tuple[tuple[int, int], ...]] | None) -> bool:
+    """Does the export show a balloon of the pod's type on the NUMA nodes its persisted placement names? Such pods
+    claim theirs first, so that a started pod whose placement the export contradicts takes a balloon no placement
+    accounts for."""
+    placed, demand = rec.placed, rec.model
+    if placed is None or demand is None or not unclaimed:
+        return False
+    numa = {n for n, _ in placed.per_numa}
+    return any(name.startswith(demand.balloon_type + "[") and {n for n, _ in zones} == numa
+               for name, zones in unclaimed.items())
+
+
+def hold_placed(ledger: NodeLedger, rec: Record, demand: ModelDemand, placed: Placed) -> None:
+    """Hold the pod where its persisted placement says (`placement_agrees` has checked it)."""
     ledger.force_hold(Holding(rec.uid, demand.pod, demand.identity,
                               demand.balloon_type if demand.policy == "nri-balloons" else None, placed.per_numa,
                               rec.assumed_at, types=placed.types,
                               memory=rank_memory(ledger, demand, len(placed.per_numa))))
-    return True
 
 def hold_observed(ledger: NodeLedger, rec: Record, demand: ModelDemand, zone: str, observed: Observed, fit: Fitter,
                   matched: bool = False) -> None:
@@ -238,7 +320,8 @@ def hold_observed(ledger: NodeLedger, rec: Record, demand: ModelDemand, zone: st
     where = {n for n, _ in per_numa}
     predicted = fit(demand, ledger)
     placed = rec.placed
-    if placed is not None and placed.node == ledger.name and {n for n, _ in placed.per_numa} == where:
+    if placed is not None and placed.node == ledger.name and {n for n, _ in placed.per_numa} == where \
+            and types_agree(ledger, demand, placed):
         types = placed.types
     elif predicted.ok and {n for n, _ in predicted.per_numa} == where:
         types = predicted.types
@@ -273,7 +356,7 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
     applies, the plugin's export) and the records of the pods on it."""
     nri = NodeNRI(policy, policy.node_status.get(name) if policy else None)
     ledger = NodeLedger(name, topo, reserved[0], reserved[1], labels, nri, stamps=stamps, numa_memory=numa_memory)
-    shared = {"reserved", "default", *(t.name for t in policy.balloon_types if t.namespaces)} if policy else ()
+    shared = policy.shared_types if policy else ()
     # Lent, the reserved cores are held like any other, and which of them no balloon holds is read off the export.
     kept, lent = (CPUSet(), reserved[0]) if ledger.lends_reserved else (reserved[0], CPUSet())
     observed = observed_balloons(nrt, topo, kept, shared, lent) if nri.running else None
@@ -282,7 +365,8 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
         ledger.observed_idle_lent = observed.idle_lent or None
     # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
     unclaimed = observed.unclaimed() if observed is not None else None
-    for rec in sorted(records, key=lambda r: (r.placed is None, r.created, r.namespace, r.name)):
+    for rec in sorted(records, key=lambda r: (r.placed is None, not exported_where_placed(r, unclaimed), r.created,
+                                              r.namespace, r.name)):
         account(ledger, rec, fit, log, observed, unclaimed)
     if observed is not None and unclaimed:
         # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
@@ -296,16 +380,22 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
 
 
 
-def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> None:
+def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> bool:
     """Hold what pod `rec` takes on a kubelet-static node: its containers' CPUs where its persisted placement says,
     else where the kubelet would put it now (a guess: the kubelet's choice depends on the order pods came in);
-    every pod counts, for a Guaranteed one's exclusive CPUs and for the resource predicate's sums."""
+    every pod counts, for a Guaranteed one's exclusive CPUs and for the resource predicate's sums. True when its
+    CPUs are known."""
     node, state, kpod = ledger.kubelet, ledger.kstate, rec.kpod
     if node is None or state is None or kpod is None:
-        return
+        return False
     requested = (kpod.cpu_milli, kpod.memory)
     placed = rec.placed
-    known = placed is not None and placed.node == ledger.name and bool(placed.cpus)
+    # Trusted only where it is what the kubelet would have given this pod: each container's CPUs as many as it asks,
+    # all of them CPUs of this machine.
+    want = {c.name: c.cpus for c in kpod.containers if c.cpus and not kpod.pod_level}
+    known = placed is not None and placed.node == ledger.name and bool(placed.cpus) and \
+        {name: len(cpus) for name, cpus in placed.cpus} == want and \
+        all(kub.mask_of(cpus) & ~node.machine.all == 0 for _, cpus in placed.cpus)
     if known and placed is not None:
         cpus = {name: kub.mask_of(c) for name, c in placed.cpus}
         memory = {name: kub.Block(numa, size) for name, numa, size in placed.memory}
@@ -330,7 +420,7 @@ def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> None:
     demand = rec.model
     if demand is None:
         ledger.kubelet_put(after)
-        return
+        return known
     held = 0
     for mask in cpus.values():
         held |= mask
@@ -338,6 +428,7 @@ def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> None:
     per_numa = tuple((i, -(-n // tpc)) for i, n in enumerate(node.machine.per_numa(held)) if n)
     ledger.kubelet_put(after, Holding(rec.uid, demand.pod, demand.identity, None, per_numa, rec.assumed_at,
                                       unknown=not known and bool(held)))
+    return known
 
 
 def build_kubelet_ledger(name: str, labels: Mapping[str, str], topo: Topology, node: kub.KubeletNode,
@@ -351,8 +442,7 @@ def build_kubelet_ledger(name: str, labels: Mapping[str, str], topo: Topology, n
                         NodeNRI(None, None), stamps=stamps, numa_memory=numa_memory, kubelet=node)
     unknown = []
     for rec in sorted(records, key=lambda r: (r.created, r.namespace, r.name)):
-        account_kubelet(ledger, rec, log)
-        if not (rec.placed and rec.placed.node == name and rec.placed.cpus) and rec.kpod and rec.kpod.exclusive:
+        if not account_kubelet(ledger, rec, log) and rec.kpod and rec.kpod.exclusive:
             unknown.append(rec.uid)
     published = kubeletnode.zone_available(nrt, topo.numa_count)
     if ledger.kstate is not None and published is not None:

@@ -54,6 +54,7 @@ class BalloonsPolicy:
     _by_name: Mapping[str, BalloonType] = field(init=False, repr=False, compare=False)
     _routing: tuple[BalloonType, ...] = field(init=False, repr=False, compare=False)
     _numa_preferring: bool = field(init=False, repr=False, compare=False)
+    _shared: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {t.name: t for t in self.balloon_types})
@@ -68,6 +69,8 @@ class BalloonsPolicy:
                    if t.name == RESERVED_TYPE else t for t in routing]
         object.__setattr__(self, "_routing", tuple(routing))
         object.__setattr__(self, "_numa_preferring", any(t.close_numa is not None for t in self.balloon_types))
+        object.__setattr__(self, "_shared", frozenset(
+            (RESERVED_TYPE, DEFAULT_TYPE, *(t.name for t in self.balloon_types if t.namespaces))))
 
     def balloon_type(self, name: str) -> BalloonType | None:
         return self._by_name.get(name)
@@ -92,6 +95,13 @@ class BalloonsPolicy:
             if btype.name == name:
                 return btype
         return self.route_type(DEFAULT_TYPE)
+
+    @property
+    def shared_types(self) -> frozenset[str]:
+        """The types pods land in by namespace (reserved, default and those naming namespaces): one balloon each,
+        sized to all its containers' requests, whose growth beyond the reserved cpuset takes model cores. Every
+        other type is dedicated: its balloons are held by the containers annotated to it."""
+        return self._shared
 
     def spreads(self, btype: BalloonType) -> bool:
         return self.spread_on_physical_cores if btype.spread_on_physical_cores is None \

@@ -19,11 +19,13 @@ from placement.balloonspolicy import BalloonsPolicy, parse_balloons_policy, poli
 from placement.config import Settings
 from placement.demand import (
     ModelDemand,
+    Routed,
     initializing,
     is_model_pod,
     pod_shared_cpu_milli,
     pod_shared_memory,
     read_model_pod,
+    routed_containers,
 )
 from placement.eligibility import Eligibility, Miss, Taint, node_taints
 from placement.kubelet import KPod, NodeError, kubelet_pod
@@ -95,6 +97,8 @@ class PodRecord(NamedTuple):
     # deletionTimestamp set: it holds its cores until it is gone, and its replacement may have them
     leaving: bool = False
     kpod: KPod | None = None  # the pod as the kubelet reads it: what it takes on a kubelet-static node
+    # Not a model pod, but it carries the plugin's balloon annotation: its containers and where it routes them
+    routed: tuple[Routed, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -171,6 +175,14 @@ def _slim_nrt(obj: Mapping[str, Any]) -> dict[str, Any]:
                   if isinstance(a, Mapping) and a.get("name")}
     return {"zones": zones, "balloons": balloons, "containers": containers, "attributes": attributes,
             "topologyPolicies": [str(p) for p in obj.get("topologyPolicies") or ()]}
+
+
+def _pinned_containers(rec: PodRecord) -> tuple[str, ...]:
+    """The containers of a pod that may be in a balloon of their own: a model pod's model container, another
+    pod's annotated ones."""
+    if rec.model is not None:
+        return (rec.model.container,)
+    return tuple(r.container for r in rec.routed if r.balloon_type is not None)
 
 
 def _carried(old: PodRecord, new: PodRecord) -> PodRecord:
@@ -325,6 +337,7 @@ class ClusterState:
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
             pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
             placed, bool(meta.get("deletionTimestamp")), kubelet_pod(str(uid), spec),
+            routed_containers(meta.get("annotations"), spec) if model is None else (),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------
@@ -340,8 +353,8 @@ class ClusterState:
             ledger = self._ledgers.get(node)
             if ledger is not None and node not in self._dirty:
                 nrt = self.nrts.get(node)
-                if rec.model is not None and nrt is not None and \
-                        f"{rec.namespace}/{rec.name}/{rec.model.container}" in nrt["containers"]:
+                if nrt is not None and any(f"{rec.namespace}/{rec.name}/{name}" in nrt["containers"]
+                                           for name in _pinned_containers(rec)):
                     # The plugin's export already shows where the pod runs (its NRT came before the pod's own
                     # event): rebuilt, the ledger holds it there, not where we predicted.
                     self._stale(node)

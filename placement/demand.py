@@ -10,7 +10,7 @@ import math
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from placement.config import CPU_POLICIES, PREFLIGHT_MODES, Settings
 from placement.kubelet import KPod, kubelet_pod
@@ -140,6 +140,39 @@ def balloon_annotation(container: str) -> str:
     if len("container.") + len(container) <= MAX_LABEL_NAME:
         return BALLOON_PREFIX + container
     return BALLOON_POD
+
+
+def routed_type(annotations: Mapping[str, Any], container: str) -> str | None:
+    """The balloon type the plugin's annotation routes `container` to, as it reads it (QueryEffectiveAnnotation:
+    container-scoped, else pod-scoped, else unscoped key); None when no such annotation is on the pod."""
+    for key in (BALLOON_PREFIX + container, BALLOON_POD, BALLOON_KEY):
+        value = annotations.get(key)
+        if value is not None:
+            return str(value)
+    return None
+
+
+class Routed(NamedTuple):
+    """A container of a pod that carries the plugin's balloon annotation: the type it is routed to (None: by its
+    namespace, like any other), and what it requests."""
+
+    container: str
+    balloon_type: str | None
+    cpu_milli: int
+    memory_bytes: int
+
+
+def routed_containers(annotations: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> tuple[Routed, ...]:
+    """Each container that runs for the pod's life (app containers, native sidecars) with the type the balloon
+    annotation routes it to; () when the pod carries no balloon annotation. Regular init containers run to
+    completion before the others start and the plugin frees their CPUs when they exit: they are not listed."""
+    if not annotations or not any(str(k).startswith(BALLOON_KEY) for k in annotations):
+        return ()
+    running = [c for c in spec.get("initContainers") or () if isinstance(c, _MAPPING)
+               and c.get("restartPolicy") == "Always"]
+    running += [c for c in spec.get("containers") or () if isinstance(c, _MAPPING)]
+    return tuple(Routed(str(c.get("name", "")), routed_type(annotations, str(c.get("name", ""))),
+                        container_cpu_milli(c)[0], container_memory_bytes(c)[0]) for c in running)
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -353,7 +386,7 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
         preflight = settings.preflight
 
     balloon = (
-        annotations.get(balloon_annotation(name))
+        routed_type(annotations, name)
         or annotations.get(ANN_BALLOON)
         or f"{settings.nri_balloon_prefix}{span}"
     )

@@ -30,7 +30,7 @@ from placement.demand import (
     round_up,
 )
 from placement.fit import balloon_request, nominal_cpus
-from placement.ledger import NodeLedger
+from placement.ledger import PLACEMENT, NodeLedger
 from placement.preflight import NRI_FALLBACK, Resolution, fallback_text, resolve_policy
 from placement.quantity import QuantityError, cpu_milli, format_cpu
 from placement.topology import SMT_LABEL, smt_label_width
@@ -44,6 +44,7 @@ class Mutation:
     demand: ModelDemand | None  # None when the pod is left alone
     resolution: Resolution | None
     skipped: str | None  # why the pod is left alone, e.g. "not a model pod"
+    dropped: tuple[str, ...] = ()  # annotations it carried that are not the creator's to write (`without_placement`)
 
 
 def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,6 +77,24 @@ def _writable_container(container: Any) -> Any:
     return out
 
 
+def without_placement(pod: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The pod (its written parts copied) without a placement annotation, and the annotations dropped. Only our
+    extender writes where a pod sits, in the Binding that puts it on its node: on a new pod the value is a copy of
+    another pod's or a claim of its creator's, which a ledger rebuilt from a list would trust."""
+    out = _writable(pod)
+    annotations = out["metadata"].get("annotations")
+    if isinstance(annotations, dict) and PLACEMENT in annotations:
+        del annotations[PLACEMENT]
+        return out, (PLACEMENT,)
+    return out, ()
+
+
+def dropped_text(pod: str, dropped: tuple[str, ...]) -> str:
+    """The admission warning for what `without_placement` dropped."""
+    return (f"model-placement removed annotation {', '.join(dropped)} from {pod}: only model-placement's extender "
+            "writes it, in the Binding that puts the pod on its node")
+
+
 def skip_reason(pod: Mapping[str, Any], namespace: str, cluster: ClusterState) -> str | None:
     """Pods we never touch, whatever the webhook configuration sends us."""
     meta = pod.get("metadata") or {}
@@ -96,7 +115,7 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
     if skipped:
         return Mutation(_copy(pod), None, None, skipped)
     settings = cluster.settings
-    out = _writable(pod)
+    out, dropped = without_placement(pod)
     spec = out["spec"]
     demand = read_model_pod(out, settings, namespace)
 
@@ -141,7 +160,7 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
         _make_guaranteed(spec, demand.container, tpc, {"cpu": settings.native_sidecar_cpu,
                                                         "memory": settings.native_sidecar_memory})
     annotations[OUT_CPUS] = str(nominal_cpus(resolved, tpc))
-    return Mutation(out, resolved, resolution, None)
+    return Mutation(out, resolved, resolution, None, dropped)
 
 
 def smt_width(demand: ModelDemand, annotations: Mapping[str, Any], spec: dict[str, Any], cluster: ClusterState,

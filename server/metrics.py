@@ -42,8 +42,9 @@ CAPACITY_CORES = Gauge("model_placement_model_cores", "Model core capacity, by N
                        ["numa_nodes"])
 NODES = Gauge("model_placement_nodes", "Nodes in the ledger, by NUMA-count class", ["numa_nodes"])
 UNKNOWN_PLACEMENT = Gauge("model_placement_pods_of_unknown_placement",
-                          "Model pods with no recorded placement nor exported balloon, counted on every NUMA node "
-                          "they could use, by NUMA-count class of node", ["numa_nodes"])
+                          "Pods in balloons of their own (model pods, and others annotated to a dedicated balloon "
+                          "type) with no recorded placement nor exported balloon, counted on every NUMA node they "
+                          "could use, by NUMA-count class of node", ["numa_nodes"])
 CERT_NOT_AFTER = Gauge("model_placement_serving_certificate_not_after_seconds",
                        "Expiry of the serving certificate new connections get (unix time)")
 

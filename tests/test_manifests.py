@@ -617,7 +617,7 @@ def test_namespaced_objects_declare_their_namespace() -> None:
     """No namespace transformer in the kustomizations: every namespaced object names its namespace itself."""
     cluster_scoped = {
         "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-        "ValidatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     }
     for path, doc in resources():
         ns = doc["metadata"].get("namespace")

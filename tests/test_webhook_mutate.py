@@ -27,6 +27,7 @@ from prometheus_client import REGISTRY
 
 from placement.cluster import ClusterState
 from placement.config import Settings
+from placement.ledger import PLACEMENT
 from placement.quantity import cpu_milli, memory_bytes
 from server.app import Runtime
 from server.sources import demo_text, load_objects
@@ -638,6 +639,48 @@ async def test_replicas_get_the_first_ones_patch_until_the_policy_resolution_cha
     assert (ann[TYPE], ann[REASON]) == ("best-effort", "nri-resolution-failed")
     assert not any(k.startswith(BALLOON) for k in ann)
     assert replica_memo("stale") == stale + 1 and replica_memo("reused") == reused + 1
+
+
+# ------------------------------------------------------------------------------------- issue 42: where a pod sits
+
+PLACEMENT_PATH = "/metadata/annotations/" + escape(PLACEMENT)
+CLAIM = '{"node":"cpu-a1","numa":{"0":16},"types":["vllm-balloon-tp1","vllm-numa-0"]}'
+
+
+def claiming(sent: Obj) -> Obj:
+    """The review with a placement of the pod's creator's on the pod."""
+    meta = sent["request"]["object"]["metadata"]
+    meta["annotations"] = {**(meta.get("annotations") or {}), PLACEMENT: CLAIM}
+    return sent
+
+
+async def test_a_placement_on_a_new_pod_is_dropped_with_a_warning_naming_it(wh: Webhook) -> None:
+    answer = await wh.mutate(claiming(review("ar-pod-kserve-rs.json")))
+    assert answer.allowed and {"op": "remove", "path": PLACEMENT_PATH} in answer.ops
+    (warning,) = answer.warnings
+    assert warning.startswith(f"model-placement removed annotation {PLACEMENT} from ") and "extender" in warning
+    # Otherwise pinned as the same pod without it is: the rest of the patch is the same.
+    plain = await wh.mutate(review("ar-pod-kserve-rs.json"))
+    assert answer.pod == plain.pod and PLACEMENT not in answer.pod["metadata"]["annotations"]
+    assert [op for op in answer.ops if op["path"] != PLACEMENT_PATH] == plain.ops
+    await assert_reinvocation_is_empty(wh, answer.pod)
+
+
+async def test_a_faulty_pod_is_left_as_sent_but_for_a_placement(wh: Webhook) -> None:
+    sent = claiming(review("ar-pod-kubectl-run.json"))
+    sent["request"]["object"]["metadata"]["annotations"]["model-manager.io/tensor-parallel-size"] = "3"
+    answer = await wh.mutate(sent)
+    assert answer.allowed and answer.ops == [{"op": "remove", "path": PLACEMENT_PATH}]
+    assert "tensor-parallel-size 3" in answer.warnings[0] and PLACEMENT in answer.warnings[1]
+
+
+async def test_replicas_that_carry_a_placement_each_lose_it_with_the_warning(wh: Webhook) -> None:
+    reused = replica_memo("reused")
+    first = await wh.mutate(claiming(recorded_replica(1)))
+    second = await wh.mutate(claiming(recorded_replica(2)))
+    assert replica_memo("reused") == reused + 1 and second.ops == first.ops
+    assert {"op": "remove", "path": PLACEMENT_PATH} in second.ops and second.warnings == first.warnings
+    assert PLACEMENT in second.warnings[0]
 
 
 def test_a_patch_that_touches_what_replicas_differ_in_is_not_reused() -> None:

@@ -39,7 +39,7 @@ from aiohttp import web
 from placement.admission import Decision, NotAdmissible, Subject, keep_reason, subject_of, validate, waiting_reason
 from placement.cluster import ClusterState
 from placement.demand import is_model_pod, pod_display_name
-from placement.mutation import Mutation, mutate_pod, skip_reason
+from placement.mutation import Mutation, dropped_text, mutate_pod, skip_reason, without_placement
 from placement.preflight import resolve_policy
 from server import metrics
 from server.app import ADMISSION_BODY_LIMIT, RUNTIME, BadRequest, json_response, read_json
@@ -305,7 +305,7 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
     if patched is not None and waiting_reason(patched.mutation, ctx.cluster, review.namespace):
         patched = None  # room has gone since: the pod needs the reason it will wait kept on it
     if patched is not None:  # an identical pod was patched lately: every check below gave it this answer
-        return Outcome(allow(uid, patch=patched.ops), "allowed", patched.reason,
+        return Outcome(allow(uid, _dropped(name, patched.mutation), patch=patched.ops), "allowed", patched.reason,
                        patched.mutation.resolution.policy, name, patched.message)  # type: ignore[union-attr]
     why = _untouchable(review, pod, ctx)
     if why:
@@ -332,24 +332,33 @@ def mutate_review(review: Review, ctx: Context) -> Outcome:
     if demand is None or resolution is None:
         why = mutation.skipped or "not a model pod"
         return Outcome(allow(uid), "skipped", _skip_label(why), pod=name, message=why)
-    if demand.problems:
-        # Writing our annotations onto a faulty pod would hide the fault from /validate (the resolved
-        # TP annotation takes precedence over the user's); leave it as sent, /validate explains.
-        text = f"model-placement left {name} unchanged: {'; '.join(demand.problems)}"
-        return Outcome(allow(uid, [text]), "warned", "pod-spec", resolution.policy, name, text)
     if waiting:
         mutation = keep_reason(mutation, waiting)
+    # Writing our annotations onto a faulty pod would hide the fault from /validate (the resolved TP annotation
+    # takes precedence over the user's): it is left as sent, but for a placement it may not carry, and /validate
+    # explains.
+    target = without_placement(pod)[0] if demand.problems else mutation.pod
     try:
-        ops = checked_patch(pod, mutation.pod)
+        ops = checked_patch(pod, target)
     except PatchError as exc:
         log.error("patch self-check failed", extra={"verb": "mutate", "pod": name, "uid": uid, "error": str(exc)})
         text = f"model-placement could not build a valid patch for {name}; admitted unchanged"
         return Outcome(allow(uid, [text]), "degraded", "patch-error", resolution.policy, name, text)
+    dropped = _dropped(name, mutation)
+    if demand.problems:
+        text = f"model-placement left {name} unchanged: {'; '.join(demand.problems)}"
+        return Outcome(allow(uid, [text, *dropped], patch=ops), "warned", "pod-spec", resolution.policy, name, text)
     reason = resolution.reason or ("patched" if ops else "unchanged")
-    message = (f"{len(ops)} patch operations" if ops else "already pinned") + (f"; {waiting}" if waiting else "")
+    message = "; ".join([(f"{len(ops)} patch operations" if ops else "already pinned"), *dropped,
+                         *([waiting] if waiting else [])])
     if ctx.replicas is not None and key is not None and not waiting:
         ctx.replicas.put(key, _Patched(mutation, ops, reason, message))
-    return Outcome(allow(uid, patch=ops), "allowed", reason, resolution.policy, name, message)
+    return Outcome(allow(uid, dropped, patch=ops), "allowed", reason, resolution.policy, name, message)
+
+
+def _dropped(name: str, mutation: Mutation) -> list[str]:
+    """The warning for the annotations the mutation dropped, if any."""
+    return [dropped_text(name, mutation.dropped)] if mutation.dropped else []
 
 
 # -- /validate ---------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import urllib3
 import yaml
 
 from certs import make_ca, make_serving_cert, write_bundle
+from placement.ledger import PLACEMENT
 from tests.peers.build import PEERS, build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,6 +205,7 @@ class Cluster:
         # Where the apiserver and kube-scheduler call us: our servers, unless a recording proxy stands in front.
         self.front = dict(self.ports)
         self.mounts: dict[str, dict[str, Path]] = {}  # component -> its container's mountPath -> local copy
+        self.extender_api: Api | None = None  # calls as our extender's ServiceAccount (`create_pods`)
 
     # -- control plane ---------------------------------------------------------------------------------
 
@@ -304,13 +306,16 @@ class Cluster:
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
 
-    def service_account_kubeconfig(self, name: str, namespace: str = NAMESPACE) -> Path:
+    def service_account_token(self, name: str, namespace: str = NAMESPACE) -> str:
         """What a pod running as this ServiceAccount would authenticate with: a TokenRequest token."""
-        token = self.api.call("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-                              {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                               "spec": {"expirationSeconds": 86400}})["status"]["token"]
-        return _kubeconfig(self.root / f"{name}.kubeconfig", self.server, self.pki / "ca.crt", token,
-                           f"system:serviceaccount:{namespace}:{name}")
+        token: str = self.api.call("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                                   {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                    "spec": {"expirationSeconds": 86400}})["status"]["token"]
+        return token
+
+    def service_account_kubeconfig(self, name: str, namespace: str = NAMESPACE) -> Path:
+        return _kubeconfig(self.root / f"{name}.kubeconfig", self.server, self.pki / "ca.crt",
+                           self.service_account_token(name, namespace), f"system:serviceaccount:{namespace}:{name}")
 
     # -- model-placement from its Helm chart -------------------------------------------------------------
 
@@ -488,8 +493,13 @@ class Cluster:
 
     # -- fleet ----------------------------------------------------------------------------------------------
 
-    def create_namespace(self, name: str, enabled: bool) -> None:
-        labels = {"model-placement.io/enabled": "true"} if enabled else {}
+    def create_namespace(self, name: str, enabled: bool, labels: dict[str, str] | None = None) -> None:
+        """`enabled`: opted in to our webhooks. One that is not stands for pods placed before the install or by
+        hand, which may carry model balloon types (the install's widening label, docs/install.md "What
+        model-placement owns on a pod"), unless `labels` says otherwise."""
+        if labels is None:
+            labels = {"model-placement.io/enabled": "true"} if enabled else \
+                {"model-placement.io/model-balloon-types": "any-pod"}
         self.api.call("POST", "/api/v1/namespaces",
                       {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
         wait_until(f"the default ServiceAccount of {name}",
@@ -500,7 +510,25 @@ class Cluster:
         self.api.create_many(lambda o: "/api/v1/nodes", nodes)
 
     def create_pods(self, pods: list[dict[str, Any]]) -> None:
-        self.api.create_many(lambda o: f"/api/v1/namespaces/{o['metadata']['namespace']}/pods", pods)
+        """Created as given; but a pod bound by name with a placement, as our extender leaves a pod, is created
+        unbound and bound as our extender binds it: by a Binding that carries the placement, sent with our
+        scheduler's ServiceAccount (the install refuses a pod created with one, and lets nobody else write it)."""
+        placed = [p for p in pods if p["spec"].get("nodeName") and PLACEMENT in (p["metadata"].get("annotations") or {})]
+        unbound = [{**p, "metadata": {**p["metadata"], "annotations": {
+            k: v for k, v in p["metadata"]["annotations"].items() if k != PLACEMENT}},
+            "spec": {k: v for k, v in p["spec"].items() if k != "nodeName"}} for p in placed]
+        self.api.create_many(lambda o: f"/api/v1/namespaces/{o['metadata']['namespace']}/pods",
+                             [p for p in pods if not any(p is q for q in placed)] + unbound)
+        if placed:
+            if self.extender_api is None:
+                self.extender_api = Api(self.server, self.pki / "ca.crt",
+                                        self.service_account_token(OURS["extender"][2]))
+            self.extender_api.create_many(
+                lambda o: f"/api/v1/namespaces/{o['metadata']['namespace']}/pods/{o['metadata']['name']}/binding",
+                [{"apiVersion": "v1", "kind": "Binding",
+                  "metadata": {"name": p["metadata"]["name"], "namespace": p["metadata"]["namespace"],
+                               "annotations": {PLACEMENT: p["metadata"]["annotations"][PLACEMENT]}},
+                  "target": {"apiVersion": "v1", "kind": "Node", "name": p["spec"]["nodeName"]}} for p in placed])
 
     def delete_deployment(self, namespace: str, name: str, selector: str) -> None:
         """Delete it and force its pods away: with no kubelet, a graceful pod delete never completes."""

@@ -194,7 +194,8 @@ def test_a_pod_the_plugin_refuses_waits_in_create_container_error_and_runs_once_
     """A pod put on a node by hand (no scheduler, no webhook) naming a balloon type the node's policy lacks: the
     user sees what kubelet v1.35 shows for a refused CreateContainer (Pending, the container waiting in
     CreateContainerError with the plugin's words, a Warning event `Failed`), the kubelet stand-in tries again after
-    its back-off, and once the annotation names a type the policy has, the pod runs."""
+    its back-off, and a new pod whose annotation names a type the policy has runs (the install refuses the change on
+    the existing pod)."""
     name, key = "vn-unknown-type", f"{PLACED_NS}/vn-unknown-type"
     pod = model_pod(name, PLACED_NS, tp=1, cpu="4", node_name="vn-xeon2",
                     annotations={f"{BALLOON_KEY}/container.main": "no-such-balloon"})
@@ -223,10 +224,16 @@ def test_a_pod_the_plugin_refuses_waits_in_create_container_error_and_runs_once_
 
     wait_until("a second attempt after the back-off", lambda: vnodes["vn-xeon2"].record()["pods"][key]["attempts"] >= 2,
                timeout=30, every=0.5)
-    cluster.kubectl("-n", PLACED_NS, "annotate", "pod", name, "--overwrite",
-                    f"{BALLOON_KEY}/container.main=vllm-balloon-tp1")
+    # The fix is a new pod: the runtime reads the annotation when it makes the pod's sandbox, and the install
+    # refuses to change it on an existing pod (model-placement counts the pod's cores by it).
+    fixed = cluster.kubectl("-n", PLACED_NS, "annotate", "pod", name, "--overwrite",
+                            f"{BALLOON_KEY}/container.main=vllm-balloon-tp1", check=False)
+    assert fixed.returncode != 0 and "model-placement-owned-annotations" in fixed.stderr, fixed.stderr
+    cluster.kubectl("-n", PLACED_NS, "delete", "pod", name, "--wait=true", timeout=60)
+    pod["metadata"]["annotations"][f"{BALLOON_KEY}/container.main"] = "vllm-balloon-tp1"
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
     running = wait_until("the pod Running once fixed", lambda: (p := cluster.api.get(
         f"/api/v1/namespaces/{PLACED_NS}/pods/{name}"))["status"].get("phase") == "Running" and p, timeout=30)
     assert running["status"]["containerStatuses"][0]["state"].get("running"), running["status"]
     placed = vnodes["vn-xeon2"].record()["pods"][key]
-    assert placed["phase"] == "Running" and placed["attempts"] >= 3 and placed["containers"]["main"]["cpuset"], placed
+    assert placed["phase"] == "Running" and placed["containers"]["main"]["cpuset"], placed

@@ -117,11 +117,12 @@ def model_pod(name: str, tp: int, cpu: int | str) -> dict[str, Any]:
             "status": {"phase": "Pending"}}
 
 
-def system_pod(name: str, namespace: str, cpu: int) -> dict[str, Any]:
+def system_pod(name: str, namespace: str, cpu: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """A Guaranteed non-model pod, bound to the node."""
     resources = {"requests": {"cpu": str(cpu), "memory": "1Gi"}, "limits": {"cpu": str(cpu), "memory": "1Gi"}}
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                         **({"annotations": annotations} if annotations else {})},
             "spec": {"nodeName": NODE, "containers": [{"name": "agent", "resources": resources}]},
             "status": {"phase": "Running"}}
 
@@ -159,9 +160,9 @@ class Node:
             self.plugin.remove_pod(run.pod)
         return verdict, dict(got)
 
-    def add_system(self, name: str, namespace: str, cpu: int) -> bool:
+    def add_system(self, name: str, namespace: str, cpu: int, annotations: dict[str, str] | None = None) -> bool:
         """False when the plugin has no room for it (the kubelet would fail it): it is not kept."""
-        pod = system_pod(name, namespace, cpu)
+        pod = system_pod(name, namespace, cpu, annotations)
         run = peer_pod(pod)
         if not all(c.ok for c in run_pod(self.plugin, run).values()):
             self.plugin.remove_pod(run.pod)
