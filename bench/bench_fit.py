@@ -161,37 +161,58 @@ def measure(cluster: ClusterState, demand: Any, pods: list[dict[str, Any]], name
                  statistics.median(warm) / 1000, len(fitting))
 
 
-def run(nodes: int, rounds: int, profile: bool, out: TextIO = sys.stdout, policy: str = "nri-balloons"
-        ) -> dict[int, list[Round]]:
+class Fleet(NamedTuple):
+    cluster: ClusterState
+    pods: list[dict[str, Any]]
+    names: list[str]
+    demands: dict[int, Any]  # TP -> the new pod's demand as the webhook mutates it
+
+
+def prepare(nodes: int, out: TextIO, policy: str = "nri-balloons") -> Fleet:
     settings = Settings()
     objects = fleet(nodes, settings) if policy == "nri-balloons" else static_fleet(nodes)
     pods = [o for o in objects if o["kind"] == "Pod"]
     cluster = ClusterState.from_objects(objects, settings)
     names = sorted(cluster.nodes)
     distinct = len({(ledger.capacity, ledger.threads_per_core, ledger.free()) for ledger in cluster.ledgers()})
-    print(f"{len(names)} nodes of {len(SHAPES)} shapes, {len(pods)} running model pods, "
+    print(f"{policy}: {len(names)} nodes of {len(SHAPES)} shapes, {len(pods)} running model pods, "
           f"{distinct} distinct (shape, free cores) ledgers", file=out)
-    results: dict[int, list[Round]] = {}
+    demands = {}
     for tp in TPS:
-        pod = model_pod(f"new-tp{tp}", tp, 8 * tp, policy="" if policy == "nri-balloons" else policy)
-        mutation = mutate_pod(pod, cluster)
-        demand = mutation.demand
-        assert demand is not None and demand.policy == policy, mutation.resolution
-        gc.collect()
-        gc.disable()
-        try:
-            results[tp] = [measure(cluster, demand, pods, names) for _ in range(rounds)]
-        finally:
-            gc.enable()
-        if profile and tp == 1:
-            ledgers = fresh_ledgers(cluster, pods, names)
+        mutation = mutate_pod(model_pod(f"new-tp{tp}", tp, 8 * tp, policy="" if policy == "nri-balloons" else policy),
+                              cluster)
+        assert mutation.demand is not None and mutation.demand.policy == policy, mutation.resolution
+        demands[tp] = mutation.demand
+    return Fleet(cluster, pods, names, demands)
+
+
+def rounds_of(fleets: Sequence[Fleet], rounds: int, profile: bool, out: TextIO) -> list[dict[int, list[Round]]]:
+    """`rounds` rounds of every TP on each fleet, the fleets taking turns round by round, so a machine others load
+    weighs on each alike."""
+    results: list[dict[int, list[Round]]] = [{tp: [] for tp in TPS} for _ in fleets]
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for got, one in zip(results, fleets):
+                for tp in TPS:
+                    got[tp].append(measure(one.cluster, one.demands[tp], one.pods, one.names))
+    finally:
+        gc.enable()
+    if profile:
+        for one in fleets:
+            ledgers = fresh_ledgers(one.cluster, one.pods, one.names)
             prof = cProfile.Profile()
             prof.enable()
             for ledger in ledgers:
-                cluster.fit(demand, ledger)
+                one.cluster.fit(one.demands[1], ledger)
             prof.disable()
             pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
     return results
+
+
+def run(nodes: int, rounds: int, profile: bool, out: TextIO = sys.stdout) -> dict[int, list[Round]]:
+    return rounds_of([prepare(nodes, out)], rounds, profile, out)[0]
 
 
 def run_trees(trees: Sequence[Path], nodes: int, rounds: int) -> list[dict[int, list[Round]]]:
@@ -248,9 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if not args.against:
-        balloons = run(args.nodes, args.rounds, args.profile)
+        both = [prepare(args.nodes, sys.stdout), prepare(args.nodes, sys.stdout, "kubelet-static")]
+        balloons, static = rounds_of(both, args.rounds, args.profile, sys.stdout)
         worst = report(label(CHECKOUT), balloons, args.nodes)
-        static = run(args.nodes, args.rounds, args.profile, policy="kubelet-static")
         report(f"{label(CHECKOUT)}, kubelet-static", static, args.nodes)
         for tp in (1, 2):
             ratio = statistics.median(r.cold for r in static[tp]) / statistics.median(r.cold for r in balloons[tp])

@@ -435,11 +435,27 @@ class _Accumulator:
 
 def take_packed(m: Machine, avail: int, need: int) -> int | None:
     """takeByTopologyNUMAPacked; None when the CPUs are not there."""
-    acc = _Accumulator(m, avail, need)
     if need < 1:
         return 0
     if need > avail.bit_count():
         return None
+    if m.primaries and need % m.cpus_per_core == 0 and need < m.smallest_numa and avail:
+        # The usual case, whole cores within one NUMA node (a single-NUMA hint): no whole NUMA node or socket to
+        # take, so the accumulator's first whole-core pass takes the free cores of that node, lowest id first.
+        numa = m.numa[m.cpu_numa[(avail & -avail).bit_length() - 1]]
+        if avail & ~numa == 0:
+            whole = avail & m.primaries
+            for stride in m.sibling_stride:
+                whole &= avail >> stride
+            cores = need // m.cpus_per_core
+            if whole.bit_count() >= cores:
+                taken = 0
+                for core in bits(whole):
+                    taken |= m.cores[core]
+                    cores -= 1
+                    if cores == 0:
+                        return taken
+    acc = _Accumulator(m, avail, need)
     first, second = (acc.take_full_numa, acc.take_full_sockets) if acc.numa_first else \
         (acc.take_full_sockets, acc.take_full_numa)
     for step in (first, second, acc.take_full_cores, acc.take_remaining):
