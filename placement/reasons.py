@@ -253,6 +253,8 @@ class KubeletRejects(NamedTuple):
     def text(self) -> str:
         if self.reason != "TopologyAffinityError":
             detail = self.message
+        elif self.asked > sum(self.total):
+            detail = f"{self.asked} CPUs are more than the {sum(self.total)} nodes of this shape can ever give"
         elif not self.free:
             detail = f"{self.asked} CPUs fit no NUMA node of nodes of this shape, the largest holds {max(self.total)}"
         else:

@@ -233,7 +233,7 @@ async def test_filter_and_prioritize_metrics_and_one_log_line_per_call(ext: Ext,
     assert after == {"passed": 1, "failed": 0, "unresolvable": 8}  # only cpu-snc4 has 4 NUMA nodes and a balloon
     (line,) = [r for r in caplog.records if r.name == "model_placement.extender"]
     assert line.verb == "filter" and line.pod == "llm-inference/qwen3-0-6b-predictor-7d9f8c6b5-x2k9q"  # type: ignore[attr-defined]
-    assert (line.nodes_in, line.nodes_out, line.decision) == (7, 1, "fits")  # type: ignore[attr-defined]
+    assert (line.nodes_in, line.nodes_out, line.decision) == (9, 1, "fits")  # type: ignore[attr-defined]
     assert len(line.first_reasons) == 3 and line.first_reasons[0].startswith("cpu-a1: ")  # type: ignore[attr-defined]
     # Each demo node has a BalloonsPolicy of its own (node.NAME), so each is a shape of its own: seven fits.
     assert line.duration_ms >= 0 and "TP=4" in line.demand and line.count == 9  # type: ignore[attr-defined]

@@ -89,6 +89,10 @@ CASES: list[tuple[r.Reason, str, str]] = [
                       "Topology Manager restricted, scope pod", 20, (30, 32), (12, 4)), r.KUBELET_REJECTS,
      "the kubelet (Topology Manager restricted, scope pod) would fail the pod with TopologyAffinityError: 20 CPUs fit "
      "no NUMA node now; free CPUs NUMA 0: 12 of 30, NUMA 1: 4 of 32"),
+    (r.KubeletRejects("TopologyAffinityError", "Resources cannot be allocated with Topology locality",
+                      "Topology Manager restricted, scope container", 150, (46, 48)), r.KUBELET_REJECTS,
+     "the kubelet (Topology Manager restricted, scope container) would fail the pod with TopologyAffinityError: 150 "
+     "CPUs are more than the 94 nodes of this shape can ever give"),
     (r.KubeletRejects("SMTAlignmentError", "SMT Alignment Error: requested 3 cpus not multiple cpus per core = 2",
                       "Topology Manager none, scope container", 3, (30, 32)), r.KUBELET_REJECTS,
      "the kubelet (Topology Manager none, scope container) would fail the pod with SMTAlignmentError: SMT Alignment "
