@@ -10,7 +10,8 @@
   node's directory, NODE_NAME is the node, KUBERNETES_NAMESPACE stands for the ServiceAccount's namespace file
   (NFD names that Namespace as the NRT's owner), and `-port` is a free port (NFD serves /healthz and /metrics on
   every address; it has no flag for one). The host's /sys is the node's synthetic sysfs
-  (tests/oracle/sysfs.py) under the process's working directory (the binary's hostpath prefix is "host/").
+  (tests/oracle/sysfs.py) in the process's working directory (the binary's hostpath prefix is
+  /proc/self/cwd/host/).
   Values chosen for the chart: the kubelet configuration read from a file (`kubeletConfigPath`), not /configz;
   no kubelet state directory to watch (`kubeletStateDir` empty: there are no checkpoint files here, so updates
   come every `updateInterval` rather than on each CPU manager checkpoint write); pods fingerprint on (default).
@@ -44,7 +45,7 @@ NFD_NAMESPACE = "node-feature-discovery"
 NFD_RELEASE = "nfd"
 UPDATER_TEMPLATES = ("serviceaccount", "clusterrole", "clusterrolebinding", "topologyupdater",
                      "nfd-topologyupdater-conf")
-HOST_PREFIX = "host"  # tests/peers/nrt/ldflags: hostpath.pathPrefix=host/
+HOST_PREFIX = "host"  # tests/peers/nrt/ldflags: hostpath.pathPrefix=/proc/self/cwd/host/
 SCHEDULER_DIR = Path(__file__).resolve().parent / "nrt-scheduler"
 SCHEDULER_NAME = "topo-aware-scheduler"
 SCHEDULER_NAMESPACE = "kube-system"

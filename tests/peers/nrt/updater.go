@@ -21,9 +21,10 @@ import (
 // so it cannot be imported), with its flags, defaults and messages unchanged; only its exits became returns.
 //
 // Where it reads the host: hostpath's prefix is a link-time variable (the upstream image links "/host-" and its
-// DaemonSet mounts the host's /sys at /host-sys); ours is "host/" (tests/peers/nrt/ldflags), relative, so a
-// process reads host/sys under its working directory, and each virtual node's updater runs in a directory of
-// its own holding that node's synthetic sysfs (tests/oracle/sysfs.py). It reads only /sys there: ghw, which
+// DaemonSet mounts the host's /sys at /host-sys); ours is "/proc/self/cwd/host/" (tests/peers/nrt/ldflags), so
+// a process reads host/sys under its own working directory, and each virtual node's updater runs in a directory
+// of its own holding that node's synthetic sysfs (tests/oracle/sysfs.py). Absolute, because ghw joins the
+// "/sys" it is given onto its chroot ("/"): a relative prefix would read /host/sys. It reads only /sys there: ghw, which
 // NFD asks for the NUMA topology with only "/sys" overridden, still opens the machine's own /proc/meminfo
 // (hugepage size), whose values NFD does not use.
 
