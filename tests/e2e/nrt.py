@@ -45,6 +45,7 @@ NFD_NAMESPACE = "node-feature-discovery"
 NFD_RELEASE = "nfd"
 UPDATER_TEMPLATES = ("serviceaccount", "clusterrole", "clusterrolebinding", "topologyupdater",
                      "nfd-topologyupdater-conf")
+KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"  # where a kubeadm node keeps it; the chart mounts it from there
 HOST_PREFIX = "host"  # tests/peers/nrt/ldflags: hostpath.pathPrefix=/proc/self/cwd/host/
 SCHEDULER_DIR = Path(__file__).resolve().parent / "nrt-scheduler"
 SCHEDULER_NAME = "topo-aware-scheduler"
@@ -137,10 +138,10 @@ class PodResources:
         self._log.close()
 
 
-def _render_nfd(cluster: Cluster, update_interval: str) -> list[dict[str, Any]]:
+def _render_nfd(update_interval: str) -> list[dict[str, Any]]:
     shows = [arg for t in UPDATER_TEMPLATES for arg in ("--show-only", f"templates/{t}.yaml")]
     values = {"master.enable": "false", "worker.enable": "false", "gc.enable": "false",
-              "topologyUpdater.enable": "true", "topologyUpdater.kubeletConfigPath": "/var/lib/kubelet/config.yaml",
+              "topologyUpdater.enable": "true", "topologyUpdater.kubeletConfigPath": KUBELET_CONFIG,
               "topologyUpdater.kubeletStateDir": "", "topologyUpdater.updateInterval": update_interval}
     sets = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
     rendered = subprocess.run([str(build("helm")), "template", NFD_RELEASE, str(module_source("nrt", NFD) / NFD_CHART),
@@ -181,11 +182,13 @@ class TopologyUpdaters:
                 local[mount["mountPath"]] = conf
             elif volume["hostPath"]["path"] == "/sys":
                 local[mount["mountPath"]] = here / HOST_PREFIX / "sys"
-            elif volume["hostPath"]["path"].endswith("kubelet.sock"):
+            elif volume["hostPath"]["path"].endswith("/pod-resources/kubelet.sock"):
                 local[mount["mountPath"]] = socket
-            else:  # the kubelet's configuration file
+            elif volume["hostPath"]["path"] == KUBELET_CONFIG:
                 local[mount["mountPath"]] = here / "kubelet-config.yaml"
                 local[mount["mountPath"]].write_text(yaml.safe_dump(kubelet_config))
+            else:
+                raise AssertionError(f"NFD's chart mounts {volume} at {mount['mountPath']}, which no node here has")
         args = [self._local(arg, local) for arg in self.container["args"]]
         if not any(arg.startswith("-config=") for arg in args):
             # Its default -config path is where the pod mounts the ConfigMap.
@@ -214,8 +217,9 @@ class TopologyUpdaters:
 def install_topology_updaters(cluster: Cluster, update_interval: str = "1s") -> TopologyUpdaters:
     """NFD's Namespace, the topology-updater's ServiceAccount, ClusterRole and binding as NFD's chart renders
     them, applied; the DaemonSet's pod template to run per node."""
-    docs = _render_nfd(cluster, update_interval)
-    cluster.kubectl("create", "namespace", NFD_NAMESPACE)
+    docs = _render_nfd(update_interval)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace",
+                                                             "metadata": {"name": NFD_NAMESPACE}}))
     rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
     daemonset = next(d for d in docs if d["kind"] == "DaemonSet")
