@@ -182,7 +182,8 @@ def test_topology_updater_writes_what_the_kubelet_reports(cluster: Cluster, flee
     """NFD's NRT for each node, field for field, from the podresources state, the kubelet configuration file
     and the sysfs: exclusive CPUs and memory blocks of Guaranteed pods only, capacity = allocatable + the
     reserved CPUs of that NUMA node, the Topology Manager's policy and scope verbatim, and the fingerprint of
-    every pod podresources lists (Burstable ones too). Then a pod leaves: the next NRT follows."""
+    every pod podresources lists (Burstable ones too). Then pods leave: the next NRT follows, except that once
+    none is left the fingerprint of the last pod set stays."""
     owner = [{"apiVersion": "v1", "kind": "Namespace", "name": "node-feature-discovery", "uid": fleet.namespace_uid}]
     expected = {
         "nrt-full": _expected_zones(True, (12, 12), (12, 12)),
@@ -207,20 +208,34 @@ def test_topology_updater_writes_what_the_kubelet_reports(cluster: Cluster, flee
         assert _zones(nrt) == expected[name], name
 
     # room-0 (4 CPUs, 4 GiB on NUMA node 0) ends: the kubelet stops listing it.
-    before = _nrt(cluster, "nrt-room")
-    assert before is not None
-    fleet.podresources["nrt-room"].set(state([NODES["nrt-room"][0][1]], KUBELET))
+    room_0, burstable = NODES["nrt-room"][0]
     started = time.monotonic()
-    after = wait_until("nrt-room's NRT without room-0", lambda: (
-        (n := _nrt(cluster, "nrt-room")) and n["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
-        and n), timeout=30)
+    after = _next_nrt(cluster, fleet, "nrt-room", [burstable])
     fleet.figures["update_s"] = round(time.monotonic() - started, 2)
     assert _zones(after) == _expected_zones(True, (0, 0), (0, 0))
     assert after["attributes"][-1] == {"name": "nodeTopologyPodsFingerprint",
-                                       "value": pods_fingerprint([(NS, "room-burstable")])}
+                                       "value": pods_fingerprint([(NS, burstable.name)])}
+    # Back, then every pod ends: the kubelet lists none, and NFD v0.19.0 keeps the last fingerprint it wrote
+    # (it adds one only when podresources lists a pod, and an update keeps the attributes it does not set), so
+    # the NRT names a pod set the node no longer runs.
+    _next_nrt(cluster, fleet, "nrt-room", [room_0, burstable])
+    emptied = _next_nrt(cluster, fleet, "nrt-room", [])
+    assert _zones(emptied) == _expected_zones(True, (0, 0), (0, 0))
+    assert emptied["attributes"][-1] == {"name": "nodeTopologyPodsFingerprint",
+                                         "value": pods_fingerprint([(NS, room_0.name), (NS, burstable.name)])}
     fleet.podresources["nrt-room"].set(state(NODES["nrt-room"][0], KUBELET))
     wait_until("nrt-room's NRT with room-0 again",
                lambda: _zones(_nrt(cluster, "nrt-room") or {"zones": []}) == expected["nrt-room"], timeout=30)
+
+
+def _next_nrt(cluster: Cluster, fleet: Fleet, name: str, held: list[Held]) -> dict[str, Any]:
+    """The node's NRT once NFD has written it again after the kubelet's state became `held`."""
+    before = _nrt(cluster, name)
+    assert before is not None
+    fleet.podresources[name].set(state(held, NODES[name][1]))
+    return wait_until(f"{name}'s NRT after its pods became {[h.name for h in held]}", lambda: (
+        (n := _nrt(cluster, name)) and n["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
+        and n), timeout=30)
 
 
 def test_pods_fingerprint_is_podfingerprints() -> None:
