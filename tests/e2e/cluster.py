@@ -12,14 +12,12 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +30,7 @@ import yaml
 
 from certs import make_ca, make_serving_cert, write_bundle
 from placement.ledger import PLACEMENT
-from tests.peers.build import PEERS, build
+from tests.peers.build import PEERS, build, module_source
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "model-placement"
@@ -53,14 +51,7 @@ CONTROLLERS = ",".join([
 def crd_files() -> list[Path]:
     """The real BalloonsPolicy and NodeResourceTopology CRDs, as the nri-plugins release the balloons oracle
     pins (tests/peers/balloons/go.mod) ships them, from the Go module cache."""
-    pinned = re.search(r"github\.com/containers/nri-plugins (v\S+)", (PEERS / "balloons" / "go.mod").read_text())
-    if pinned is None:
-        raise AssertionError("tests/peers/balloons/go.mod does not pin github.com/containers/nri-plugins")
-    done = subprocess.run(["go", "mod", "download", "-json", f"github.com/containers/nri-plugins@{pinned.group(1)}"],
-                          capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=600)
-    if done.returncode != 0:
-        raise AssertionError(f"go mod download of nri-plugins {pinned.group(1)} failed: {done.stdout}{done.stderr}")
-    bases = Path(json.loads(done.stdout)["Dir"]) / "config" / "crd" / "bases"
+    bases = module_source("balloons", "github.com/containers/nri-plugins") / "config" / "crd" / "bases"
     return [bases / "config.nri_balloonspolicies.yaml", bases / "topology.node.k8s.io_noderesourcetopologies.yaml"]
 
 
@@ -95,12 +86,13 @@ class Component:
     argv: list[str]
     log: Path
     env: dict[str, str] = field(default_factory=dict)
+    cwd: Path = ROOT
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Component:
         out = open(self.log, "ab")
         self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=ROOT, env={**os.environ, **self.env}, start_new_session=True)
+                                     cwd=self.cwd, env={**os.environ, **self.env}, start_new_session=True)
         out.close()
         return self
 

@@ -68,7 +68,7 @@ import yaml
 from placement.quantity import cpu_milli
 from placement.topology import CPUSet
 from tests.oracle.sysfs import NodeShape, write_sysfs
-from tests.peers.build import PEERS, _go, build
+from tests.peers.build import build, module_source
 
 BALLOON_KEY = "balloon.balloons.resource-policy.nri.io"
 NRI_PLUGINS = "github.com/containers/nri-plugins"
@@ -161,14 +161,8 @@ def binary() -> Path:
 
 @lru_cache(maxsize=1)
 def nri_plugins_dir() -> Path:
-    """The pinned nri-plugins module's source in the Go module cache (its CRDs and Helm charts), downloaded if
-    this machine lacks it: on a fresh module cache `go list -m` prints an empty Dir until something downloads it."""
-    done = subprocess.run([_go(), "mod", "download", "-json", NRI_PLUGINS], cwd=PEERS / "balloons",
-                          capture_output=True, text=True, check=True)
-    found = json.loads(done.stdout).get("Dir")
-    if not found:
-        raise RuntimeError(f"go mod download of {NRI_PLUGINS} named no source directory: {done.stdout[-400:]}")
-    return Path(found)
+    """The pinned nri-plugins module's source (its CRDs and Helm charts)."""
+    return module_source("balloons", NRI_PLUGINS)
 
 
 @lru_cache(maxsize=1)

@@ -1,10 +1,13 @@
-"""A synthetic Linux sysfs tree for a Xeon-like node shape, as the balloons plugin discovers it.
+"""A synthetic Linux sysfs tree for a Xeon-like node shape, as the balloons plugin and NFD's topology-updater
+discover it.
 
 Linux numbers a Xeon's CPUs primary threads first: package by package, NUMA node by NUMA node (sub-NUMA
 clusters split a package), core by core; then the second threads in the same order, so with N cores
-cpu i and cpu i+N are the two threads of one core. The plugin reads CPU topology (package, die, core,
+cpu i and cpu i+N are the two threads of one core. The balloons plugin reads CPU topology (package, die, core,
 thread siblings), caches (L1/L2 per core, L3 per package), NUMA nodes (cpulist, distance, meminfo) and the
-online/possible/present sets, and /proc/interrupts; this writes exactly those files.
+online/possible/present sets, and /proc/interrupts. NFD's topology-updater (ghw) walks each NUMA node's cpuN
+links, caches, distance, meminfo and hugepages pools, the memory block size, and /sys/bus/node/devices;
+this writes exactly those files, as the kernel lays them out.
 """
 
 from __future__ import annotations
@@ -111,8 +114,15 @@ def sysfs_files(shape: NodeShape) -> tuple[dict[str, str], dict[str, str]]:
     for name in ("possible", "online", "has_cpu", "has_memory", "has_normal_memory"):
         files[f"{node_dir}/{name}"] = nodes
     kib = shape.memory_gib_per_numa * 1024 * 1024
+    files["sys/devices/system/memory/block_size_bytes"] = "8000000"  # hex: 128 MiB, x86-64's usual
     for numa in range(shape.numa_nodes):
         here = f"{node_dir}/node{numa}"
+        links[f"sys/bus/node/devices/node{numa}"] = f"../../../devices/system/node/node{numa}"
+        for cpu in shape.numa_cpus(numa):
+            links[f"{here}/cpu{cpu}"] = f"../../cpu/cpu{cpu}"
+        for pool in ("hugepages-2048kB", "hugepages-1048576kB"):  # none reserved
+            for name in ("nr_hugepages", "free_hugepages", "surplus_hugepages"):
+                files[f"{here}/hugepages/{pool}/{name}"] = "0"
         files[f"{here}/cpulist"] = cpulist(shape.numa_cpus(numa))
         files[f"{here}/distance"] = " ".join(str(shape.distance(numa, other)) for other in range(shape.numa_nodes))
         files[f"{here}/meminfo"] = (f"Node {numa} MemTotal:       {kib} kB\nNode {numa} MemFree:        {kib * 9 // 10} kB\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -45,6 +46,19 @@ def _key(module: Path, go: str) -> str:
         if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum", LDFLAGS)):
             digest.update(str(path.relative_to(module)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def module_source(peer: str, module: str) -> Path:
+    """The source of `module` (its charts, CRDs, manifests) at the version tests/peers/<peer>/go.mod pins, from
+    the Go module cache, downloaded if this machine lacks it: on a fresh module cache `go list -m` prints an
+    empty Dir until something downloads it."""
+    done = subprocess.run([_go(), "mod", "download", "-json", module], cwd=PEERS / peer, capture_output=True,
+                          text=True, timeout=600)
+    found = json.loads(done.stdout or "{}").get("Dir") if done.returncode == 0 else None
+    if not found:
+        raise BuildError(f"go mod download of {module} (pinned by tests/peers/{peer}/go.mod) failed: "
+                         f"{(done.stdout + done.stderr)[-400:]}")
+    return Path(found)
 
 
 def build(name: str, package: str = ".", timeout: float = 1800) -> Path:
