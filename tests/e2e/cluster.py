@@ -30,7 +30,7 @@ import yaml
 
 from certs import make_ca, make_serving_cert, write_bundle
 from placement.ledger import PLACEMENT
-from tests.peers.build import PEERS, build, module_source
+from tests.peers.build import build, module_source
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "model-placement"
