@@ -42,6 +42,7 @@ BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 TOOLS = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap", "/usr/lib/podman/netavark": "netavark"}
 MIRROR = "http://deb.debian.org"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+OWNER = "model-placement.tests.owner"  # the label with the pid of the test process that ran a container
 KEEP = 3  # images of other source states kept for the next runs (each holds its own ~110 MB virtualenv layer)
 
 
@@ -192,6 +193,7 @@ def context_files() -> list[Path]:
 def image() -> str:
     """The Dockerfile built on the stand-in base: `MODEL_PLACEMENT_IMAGE` when set, else built if this source
     state has no image yet."""
+    sweep()
     given = os.environ.get("MODEL_PLACEMENT_IMAGE")
     if given:
         return given
@@ -210,6 +212,17 @@ def image() -> str:
         _prune(name)
 
     return once(name, make)
+
+
+def sweep() -> None:
+    """Containers of test processes that are gone (killed before they could stop them) are removed: each carries
+    the pid of the process that started it (OWNER)."""
+    listed = podman("ps", "--all", "--filter", f"label={OWNER}",
+                    "--format", f'{{{{.ID}}}} {{{{index .Labels "{OWNER}"}}}}')
+    for line in listed.stdout.splitlines():
+        container, pid = line.split()
+        if not Path(f"/proc/{pid}").exists():
+            podman("rm", "--force", "--ignore", container, check=False)
 
 
 def _prune(keep: str) -> None:

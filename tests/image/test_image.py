@@ -104,7 +104,9 @@ class Pod:
         return subprocess.run(self.argv, env=build.env(), capture_output=True, text=True, timeout=120)
 
     def serve(self) -> ServerProcess:
-        return ServerProcess([], argv0=self.argv, env=build.env())
+        server = ServerProcess([], argv0=self.argv, env=build.env())
+        assert server.port, f"the {self.spec['name']} never listened: {server.lines[-5:]}"
+        return server
 
     def exec(self, *argv: str, body: bytes = b"") -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(["podman", "exec", "-i", self.name, *argv], input=body, env=build.env(),

@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tests.image.build import OWNER
+
 # Where a pod's ServiceAccount token, CA and namespace are mounted; `--in-cluster` reads them there.
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -84,7 +86,7 @@ class Rendered:
         `args` in place of its args (the caller says what it rewrote)."""
         spec = self.pod_spec(deployment)
         context = {**spec.get("securityContext", {}), **container.get("securityContext", {})}
-        argv = ["podman", "run", "--rm", f"--name={name}", f"--network={network}",
+        argv = ["podman", "run", "--rm", f"--name={name}", f"--label={OWNER}={os.getpid()}", f"--network={network}",
                 f"--user={context['runAsUser']}:{context['runAsGroup']}", *extra]
         if "fsGroup" in context:
             argv.append(f"--group-add={context['fsGroup']}")
