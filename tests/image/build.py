@@ -126,9 +126,8 @@ def env() -> dict[str, str]:
             "CONTAINERS_STORAGE_CONF": str(cache / "storage.conf")}
 
 
-def podman(*args: str, timeout: float = 120, check: bool = True, input: str | None = None,
-           ) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(["podman", *args], env=env(), input=input, capture_output=True, text=True, timeout=timeout)
+def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(["podman", *args], env=env(), capture_output=True, text=True, timeout=timeout)
     if check and done.returncode != 0:
         raise BuildError(f"podman {' '.join(args)} exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}")
     return done
@@ -193,11 +192,12 @@ def context_files() -> list[Path]:
 def image() -> str:
     """The Dockerfile built on the stand-in base: `MODEL_PLACEMENT_IMAGE` when set, else built if this source
     state has no image yet."""
-    sweep()
     given = os.environ.get("MODEL_PLACEMENT_IMAGE")
     if given:
+        sweep()
         return given
     parent = base()
+    sweep()
     digest = hashlib.sha256(podman("image", "inspect", "--format", "{{.Id}}", parent).stdout.encode())
     for file in [DOCKERFILE, ROOT / ".dockerignore", *context_files()]:
         digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes() + b"\0")
