@@ -2,27 +2,38 @@
 # One image for the webhook, the extender and the CLI:
 #   docker build -t model-placement:0.1.0 .
 #   docker run --rm model-placement:0.1.0 report
-# Stage 1 builds the wheel and installs it with its dependencies into a virtualenv; stage 2 copies only that
-# virtualenv onto a clean python:3.11-slim (no pip cache, no build tools, no sources). Both stages use the same base
-# image, so the virtualenv's interpreter path stays valid.
-ARG PYTHON_IMAGE=python:3.11-slim
+# Stage 1 installs the dependencies, then the project, into a virtualenv made with the venv's own pip; stage 2
+# copies only that virtualenv onto a clean base (no pip, no build tools, no sources). Both stages use the same base
+# image, so the virtualenv's interpreter path stays valid. Any base with `python3` and its venv module serves:
+# tests/image/ builds this file unchanged on a stand-in made from Debian's own packages, with the Python minor of
+# the default below (Debian stable's: trixie ships 3.13).
+ARG PYTHON_IMAGE=python:3.13-slim-trixie
 
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-RUN python -m venv /opt/venv
+RUN python3 -m venv /opt/venv
+# The dependencies first, from pyproject.toml alone: a change to the sources reuses this layer.
+COPY pyproject.toml ./
+RUN python3 -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
+      > /tmp/requirements.txt \
+ && /opt/venv/bin/pip install -r /tmp/requirements.txt
 # Only what the distribution is built from (.dockerignore is an allow-list too).
-COPY pyproject.toml README.md ./
+COPY README.md ./
 COPY placement ./placement
 COPY webhook ./webhook
 COPY extender ./extender
 COPY certs ./certs
 COPY server ./server
-RUN python -m pip wheel --no-deps --wheel-dir /dist . \
- && /opt/venv/bin/pip install /dist/*.whl \
- && /opt/venv/bin/model-placement --help > /dev/null
+# Then what the servers never import goes (tests/image/test_image.py holds the venv to that): pip itself; the
+# kubernetes client's asyncio twin (kubernetes.aio, half the package) with aiohttp-retry, which only it imports;
+# pycparser, which cffi needs only to compile bindings, never to load the ones cryptography ships built.
+RUN /opt/venv/bin/pip install --no-deps . \
+ && /opt/venv/bin/model-placement --help > /dev/null \
+ && /opt/venv/bin/python -m pip uninstall -q -y aiohttp-retry pycparser pip \
+ && rm -r /opt/venv/lib/python3*/site-packages/kubernetes/aio
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="model-placement" \

@@ -1012,12 +1012,10 @@ def test_kustomize_cert_manager_injects_ca(built: dict[str, list[dict[str, Any]]
 def test_dockerfile() -> None:
     text = (ROOT / "Dockerfile").read_text()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", "\n".join(lines), re.M))
     stages = [ln.split()[1:] for ln in lines if ln.upper().startswith("FROM ")]
     assert len(stages) >= 2, "multi-stage build"
-    final_image = stages[-1][0]
-    final_image = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), final_image)
-    assert final_image == "python:3.11-slim"
+    # One base for every stage, so the virtualenv's interpreter path stays valid (tests/image builds it on a stand-in).
+    assert {stage[0] for stage in stages} == {"${PYTHON_IMAGE}"}
     final = text[text.rindex("\nFROM "):]
     assert "COPY --from=builder /opt/venv /opt/venv" in final
     assert not re.search(r"apt-get|apk |gcc|build-essential|pip install", final), "no build tools in the final stage"

@@ -30,7 +30,10 @@ import yaml
 
 from certs import make_ca, make_serving_cert, write_bundle
 from placement.ledger import PLACEMENT
+from tests.image.build import env as podman_env
+from tests.image.build import podman
 from tests.peers.build import build, module_source
+from tests.support.chart import SERVICE_ACCOUNT, Rendered
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "model-placement"
@@ -121,6 +124,19 @@ class Component:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+@dataclass
+class ContainerComponent(Component):
+    """One of our servers run from the image by `podman run` (its argv): podman passes SIGTERM on to the
+    container and exits with its code; a container that outlives a killed podman is removed."""
+
+    container: str = ""
+
+    def stop(self, timeout: float = 20) -> int | None:
+        code = super().stop(timeout)
+        podman("rm", "--force", "--ignore", self.container, check=False)
+        return code
+
+
 def _kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -> Path:
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
@@ -180,11 +196,11 @@ OURS = {
 }
 
 
-class Cluster:
+class Cluster(Rendered):
     """The control plane (started by `start`) and model-placement installed on it (`install`)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
+        super().__init__([], root)
         self.logs = root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.kube = str(build("kube"))
@@ -192,7 +208,6 @@ class Cluster:
         self.api_port = free_port()
         self.server = f"https://{LOOPBACK}:{self.api_port}"
         self.pki = root / "pki"
-        self.rendered: list[dict[str, Any]] = []
         self.ports = {"webhook": free_port(), "extender": free_port()}
         # Where the apiserver and kube-scheduler call us: our servers, unless a recording proxy stands in front.
         self.front = dict(self.ports)
@@ -300,14 +315,24 @@ class Cluster:
 
     def service_account_token(self, name: str, namespace: str = NAMESPACE) -> str:
         """What a pod running as this ServiceAccount would authenticate with: a TokenRequest token."""
-        token: str = self.api.call("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-                                   {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                                    "spec": {"expirationSeconds": 86400}})["status"]["token"]
-        return token
+        granted = self.api.call("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                 "spec": {"expirationSeconds": 86400}})
+        return str(granted["status"]["token"])
 
     def service_account_kubeconfig(self, name: str, namespace: str = NAMESPACE) -> Path:
         return _kubeconfig(self.root / f"{name}.kubeconfig", self.server, self.pki / "ca.crt",
                            self.service_account_token(name, namespace), f"system:serviceaccount:{namespace}:{name}")
+
+    def service_account_volume(self, name: str, namespace: str = NAMESPACE) -> Path:
+        """The files the kubelet mounts at SERVICE_ACCOUNT in a pod of this ServiceAccount."""
+        local = self.root / "volumes" / f"serviceaccount-{name}"
+        local.mkdir(parents=True, exist_ok=True)
+        for key, value in (("token", self.service_account_token(name, namespace)),
+                           ("ca.crt", (self.pki / "ca.crt").read_text()), ("namespace", namespace)):
+            (local / key).write_text(value)
+            (local / key).chmod(0o644)
+        return local
 
     # -- model-placement from its Helm chart -------------------------------------------------------------
 
@@ -317,12 +342,6 @@ class Cluster:
         if done.returncode != 0:
             raise AssertionError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stderr}{done.stdout}")
         return done.stdout
-
-    def find(self, kind: str, name: str | None = None) -> dict[str, Any]:
-        for doc in self.rendered:
-            if doc["kind"] == kind and (name is None or doc["metadata"]["name"].startswith(name)):
-                return doc
-        raise AssertionError(f"the installed objects have no {kind} {name or ''}")
 
     def install(self) -> None:
         """CRDs, then model-placement with the real helm from charts/model-placement, as docs/install.md says
@@ -353,40 +372,14 @@ class Cluster:
                 self.kubectl("patch", doc["kind"].lower(), doc["metadata"]["name"], "--type=json",
                              "-p", json.dumps(patch))
 
-    def container(self, deployment: str, name: str) -> dict[str, Any]:
-        spec = self.find("Deployment", deployment)["spec"]["template"]["spec"]
-        for c in spec["containers"]:
-            if c["name"] == name:
-                return c
-        raise AssertionError(f"Deployment {deployment} has no container {name}")
-
-    def materialize_volumes(self, deployment: str, container: dict[str, Any]) -> dict[str, Path]:
-        """Each mounted ConfigMap/Secret volume written to a local dir, as the kubelet would: mountPath -> dir."""
-        spec = self.find("Deployment", deployment)["spec"]["template"]["spec"]
-        volumes = {v["name"]: v for v in spec["volumes"]}
-        mounts: dict[str, Path] = {}
-        for mount in container.get("volumeMounts", []):
-            vol = volumes[mount["name"]]
-            local = self.root / "volumes" / deployment / mount["name"]
-            local.mkdir(parents=True, exist_ok=True)
-            if "configMap" in vol:
-                for key, value in self.find("ConfigMap", vol["configMap"]["name"])["data"].items():
-                    (local / key).write_text(value)
-            elif "secret" in vol:
-                for key, value in self.find("Secret", vol["secret"]["secretName"])["data"].items():
-                    (local / key).write_bytes(base64.b64decode(value))
-                    (local / key).chmod(0o600)
-            mounts[mount["mountPath"]] = local
-        return mounts
-
-    def local_args(self, args: list[str], mounts: dict[str, Path], kubeconfig: Path, port: int) -> list[str]:
+    def local_args(self, args: list[str], mounts: dict[str, Path], kubeconfig: Path | None, port: int) -> list[str]:
         """The container's args as they run here. Rewritten, and nothing else: `--in-cluster` becomes the
-        ServiceAccount's kubeconfig (no pod, so no mounted token); mounted paths become their local copies;
-        `--host` is loopback (never any other address here); `--port` a free port."""
+        ServiceAccount's kubeconfig (no pod, so no mounted token; kept without one); mounted paths become their
+        local copies; `--host` is loopback (never any other address here); `--port` a free port."""
         out = []
         for arg in args:
             flag, eq, value = arg.partition("=")
-            if arg == "--in-cluster":
+            if arg == "--in-cluster" and kubeconfig is not None:
                 arg = f"--kubeconfig={kubeconfig}"
             elif flag == "--host" and eq:
                 arg = f"--host={LOOPBACK}"
@@ -399,18 +392,29 @@ class Cluster:
             out.append(arg)
         return out
 
-    def start_model_placement(self, which: str, argv0: list[str] | None = None) -> Component:
+    def start_model_placement(self, which: str, argv0: list[str] | None = None, image: str | None = None
+                              ) -> Component:
         """Our webhook (`which` = webhook) or extender, with the args and env of its container; `argv0` runs the
-        module some other way than `python -m server.cli`."""
+        module some other way than `python -m server.cli`; `image` runs our image instead, as the kubelet would
+        on the host's network: the ServiceAccount's token where a pod has it and the kubernetes Service's address
+        in the environment the kubelet sets, so `--in-cluster` and the mounted paths stay as the chart says."""
         deployment, name, sa = OURS[which]
         container = self.container(deployment, name)
         mounts = self.materialize_volumes(deployment, container)
-        kubeconfig = self.service_account_kubeconfig(sa)
-        env = {e["name"]: e.get("value", NAMESPACE if "fieldRef" in e.get("valueFrom", {}) else "")
-               for e in container.get("env", [])}
-        args = self.local_args(container["args"], mounts, kubeconfig, self.ports[which])
         self.mounts[which] = mounts
-        comp = self._component(which, args, env, argv0=argv0 or [sys.executable, "-m", "server.cli"])
+        if image is None:
+            args = self.local_args(container["args"], mounts, self.service_account_kubeconfig(sa), self.ports[which])
+            comp = self._component(which, args, self.env(deployment, container),
+                                   argv0=argv0 or [sys.executable, "-m", "server.cli"])
+        else:
+            args = self.local_args(container["args"], {}, None, self.ports[which])
+            named = f"model-placement-{which}-{self.api_port}"
+            argv = self.podman_run(deployment, container, image, args, name=named, network="host",
+                                   mounts={**mounts, SERVICE_ACCOUNT: self.service_account_volume(sa)},
+                                   env={"KUBERNETES_SERVICE_HOST": LOOPBACK,
+                                        "KUBERNETES_SERVICE_PORT": str(self.api_port)})
+            comp = ContainerComponent(which, argv, self.logs / f"{which}.log", podman_env(), container=named)
+            self.components[which] = comp.start()
         self.wait_ready(which)
         return comp
 

@@ -1,6 +1,6 @@
 """One real control plane for the whole e2e session, with model-placement installed by the real helm from
-charts/model-placement and the 1,000-node fleet of tests/e2e/fleet.py. Component logs are printed (tails) under
-any failing test."""
+charts/model-placement and the 1,000-node fleet of tests/e2e/fleet.py; our webhook and extender run from our image
+(tests/image/build.py), as users deploy them. Component logs are printed (tails) under any failing test."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e.cluster import ROOT, Cluster, wait_until
 from tests.e2e.fleet import MODEL_NS, PLACED_NS, fleet
+from tests.image.build import image
 from tests.peers.build import build
 
 SESSION: dict[str, Any] = {}
@@ -24,6 +25,7 @@ SESSION: dict[str, Any] = {}
 def cluster() -> Iterator[Cluster]:
     started = time.monotonic()
     build("kube")  # a build error fails every e2e test; it is never a skip
+    ours = image()
     SESSION["build_seconds"] = time.monotonic() - started
     started = time.monotonic()
     # Not pytest's tmp_path: its retention of three runs loses the logs when others run tests on this machine.
@@ -39,8 +41,8 @@ def cluster() -> Iterator[Cluster]:
         nodes, placed = fleet()
         c.create_nodes(nodes)
         c.create_pods(placed)
-        c.start_model_placement("webhook")
-        c.start_model_placement("extender")
+        c.start_model_placement("webhook", image=ours)
+        c.start_model_placement("extender", image=ours)
         c.start_scheduler()
         wait_until("kube-scheduler to hold its leader Lease", lambda: c.api.call(
             "GET", "/apis/coordination.k8s.io/v1/namespaces/model-placement/leases/model-placement-scheduler",
@@ -68,7 +70,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if "setup_seconds" in SESSION:
         terminalreporter.write_line(f"e2e: control plane, install and 1,000-node fleet ready in "
                                     f"{SESSION['setup_seconds']:.1f}s; whole e2e session "
-                                    f"{SESSION.get('session_seconds', 0):.1f}s; peer build (or cache hit) "
+                                    f"{SESSION.get('session_seconds', 0):.1f}s; peer and image builds (or cache hits) "
                                     f"{SESSION['build_seconds']:.1f}s")
     if SESSION.get("failed"):
         terminalreporter.write_line(f"e2e: every component's whole log is kept in {SESSION['cluster'].logs}")

@@ -37,8 +37,11 @@ def _installed_from_here() -> bool:
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, wait: bool = True) -> None:
-        self.proc = subprocess.Popen([*command(), *args], cwd=ROOT, stderr=subprocess.PIPE,
+    """`argv0` runs the server some other way than `command()` (our image: `podman run … IMAGE`)."""
+
+    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, wait: bool = True,
+                 argv0: list[str] | None = None) -> None:
+        self.proc = subprocess.Popen([*(argv0 or command()), *args], cwd=ROOT, stderr=subprocess.PIPE,
                                      stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})})
         self.lines: list[dict[str, Any]] = []
         self.listening = threading.Event()
