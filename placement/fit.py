@@ -44,7 +44,7 @@ class Footprint:
             return f"balloon {self.balloon_type}: {per} on each of {numa} ({self.cpus} CPUs)" if self.numa_nodes > 1 \
                 else f"balloon {self.balloon_type}: {per} on {numa} ({self.cpus} CPUs)"
         if self.policy == "kubelet-static":
-            return f"kubelet-static: {self.cores} whole cores ({self.cpus} CPUs)"
+            return f"kubelet-static: {self.cpus} exclusive CPUs"
         return f"best-effort: {self.cpus} CPUs from the shared pool"
 
 

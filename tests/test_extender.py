@@ -18,6 +18,7 @@ from extender.routes import JUDGE
 from placement.config import Settings
 from server import metrics
 from tests.support.extender import (
+    BALLOON_ANN,
     DEMO_NODES,
     FILTER_KEYS,
     TP_ANN,
@@ -56,6 +57,48 @@ async def test_filter_nodecache_form_answers_nodenames_with_all_five_keys(ext: E
     # Every candidate is accounted for exactly once, as the scheduler maps them back.
     judged = answer["NodeNames"] + list(answer["FailedNodes"]) + list(answer["FailedAndUnresolvableNodes"])
     assert sorted(judged) == DEMO_NODES
+
+
+def kubelet_static_pod(name: str, cpus: int) -> Obj:
+    """The fixture's pod as the webhook leaves a kubelet-static one: Guaranteed, no balloon annotation."""
+    pod = model_pod(name, cpus=cpus)
+    annotations = pod["metadata"]["annotations"]
+    del annotations[BALLOON_ANN]
+    annotations["cpu-policy.model-manager.io/type"] = "kubelet-static"
+    return pod
+
+
+async def test_kubelet_static_pods_go_only_where_the_kubelet_admits_them(ext: Ext) -> None:
+    # cpu-ks1: 2 x 64 CPUs, single-numa-node; cpu-ks2: 4 x 24 CPUs (SNC-2), restricted; 2 CPUs reserved on NUMA 0.
+    # 40 CPUs fit one NUMA node of cpu-ks1 only: cpu-ks2's kubelet spans two, which ranks below.
+    answer = await ext.ok("/filter", args_nodecache(kubelet_static_pod("ks-40", 40), DEMO_NODES))
+    assert answer["NodeNames"] == ["cpu-ks1", "cpu-ks2"]
+    assert set(answer["FailedAndUnresolvableNodes"]) == set(DEMO_NODES) - {"cpu-ks1", "cpu-ks2"}
+    assert "the NRI balloons plugin pins CPUs on these nodes" in answer["FailedAndUnresolvableNodes"]["cpu-a1"]
+    scores = {s["Host"]: s["Score"] for s in await ext.ok("/prioritize", args_nodecache(
+        kubelet_static_pod("ks-40", 40), ["cpu-ks1", "cpu-ks2"]))}
+    assert scores.get("cpu-ks1", 0) > scores.get("cpu-ks2", 0)
+    # 70 CPUs: more than any NUMA node of cpu-ks1, whose single-numa-node kubelet would fail the pod on any node of
+    # its shape, empty or not (no eviction helps); cpu-ks2's restricted kubelet spans 3 of its NUMA nodes.
+    answer = await ext.ok("/filter", args_nodecache(kubelet_static_pod("ks-70", 70), ["cpu-ks1", "cpu-ks2"]))
+    assert answer["NodeNames"] == ["cpu-ks2"]
+    assert answer["FailedAndUnresolvableNodes"]["cpu-ks1"] == (
+        "the kubelet (Topology Manager single-numa-node, scope container) would fail the pod with "
+        "TopologyAffinityError: 70 CPUs fit no NUMA node of nodes of this shape, the largest holds 64 (needs "
+        "kubelet-static: 70 exclusive CPUs)")
+    # Bound where the extender says, the pod's placement records each container's CPUs as the kubelet takes them:
+    # the lowest-id NUMA node that fits (NUMA 1: the extender holds NUMA 0's 40 CPUs for ks-40, its best node),
+    # its lowest free whole cores.
+    pod = kubelet_static_pod("ks-bound", 40)
+    assert (await ext.ok("/filter", args_nodecache(pod, ["cpu-ks1"])))["NodeNames"] == ["cpu-ks1"]
+    assert (await ext.ok("/bind", bind_args(pod, "cpu-ks1")))["Error"] == ""
+    placed = ext.cluster.pods["uid-ks-bound"].placed
+    assert placed is not None and [(name, str(cpus)) for name, cpus in placed.cpus] == [("main", "32-51,96-115")]
+    # 30 more fit no single NUMA node now (22 and 24 CPUs free): the kubelet would fail it, until a pod leaves.
+    answer = await ext.ok("/filter", args_nodecache(kubelet_static_pod("ks-next", 30), ["cpu-ks1"]))
+    assert answer["FailedNodes"]["cpu-ks1"].startswith(
+        "the kubelet (Topology Manager single-numa-node, scope container) would fail the pod with "
+        "TopologyAffinityError: 30 CPUs fit no NUMA node now; free CPUs NUMA 0: 22 of 62, NUMA 1: 24 of 64")
 
 
 async def test_filter_nodelist_form_answers_the_passing_node_objects(ext: Ext, demo_objects: list[Obj]) -> None:
