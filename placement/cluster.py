@@ -34,13 +34,13 @@ from placement.kubeletnode import selected as kubelet_selected
 from placement.ledger import PLACEMENT, NodeLedger, Placed, Stamps
 from placement.quantity import QuantityError, memory_bytes
 from placement.topology import (
-    NUMA_ZONE,
     CPUSet,
     CPUSetError,
     Topology,
     node_topology,
     profile_reserved,
     reserved_from_spec,
+    zone_resources,
 )
 
 
@@ -132,14 +132,9 @@ def numa_memory(node: NodeInfo, nrt: Mapping[str, Any] | None, numa_count: int) 
     """Bytes of memory per NUMA node: NodeResourceTopology `Node` zones' memory where they give it, else the node's
     allocatable memory split evenly; () when neither is known."""
     zones = {}
-    for zone in (nrt or {}).get("zones") or ():
-        match = NUMA_ZONE.match(str(zone.get("name", "")))
-        if match is None:
-            continue
-        for res in zone.get("resources") or ():
-            if isinstance(res, Mapping) and res.get("name") == "memory":
-                with contextlib.suppress(QuantityError):
-                    zones[int(match.group(1))] = memory_bytes(res.get("allocatable") or res.get("capacity"))
+    for numa, res in zone_resources(nrt, "memory").items():
+        with contextlib.suppress(QuantityError):
+            zones[numa] = memory_bytes(res.get("allocatable") or res.get("capacity"))
     if len(zones) == numa_count and all(zones.values()):
         return tuple(zones[i] for i in range(numa_count))
     try:

@@ -20,7 +20,7 @@ from typing import Any
 from placement import kubelet as kub
 from placement.config import KubeletGroup, Settings
 from placement.quantity import QuantityError, cpu_milli, memory_bytes
-from placement.topology import NUMA_ZONE, CPUSet, Topology
+from placement.topology import CPUSet, Topology, zone_resources
 
 # NFD's deprecated `topologyPolicies` values (pkg/topologypolicy): the policy and the scope in one word.
 _DEPRECATED = {
@@ -62,16 +62,11 @@ def selected(settings: Settings, labels: Mapping[str, str]) -> bool:
 def _zone_cpus(nrt: Mapping[str, Any] | None) -> dict[int, tuple[int, int, int]]:
     """Per NUMA node: cpu capacity, allocatable and available, from the `node-N` zones."""
     out: dict[int, tuple[int, int, int]] = {}
-    for zone in (nrt or {}).get("zones") or ():
-        match = NUMA_ZONE.match(str(zone.get("name", "")))
-        if match is None:
-            continue
-        for res in zone.get("resources") or ():
-            if isinstance(res, Mapping) and res.get("name") == "cpu":
-                with contextlib.suppress(QuantityError):
-                    values = [cpu_milli(res.get(k)) // 1000 if res.get(k) is not None else -1
-                              for k in ("capacity", "allocatable", "available")]
-                    out[int(match.group(1))] = (values[0], values[1], values[2])
+    for numa, res in zone_resources(nrt, "cpu").items():
+        with contextlib.suppress(QuantityError):
+            values = [cpu_milli(res.get(k)) // 1000 if res.get(k) is not None else -1
+                      for k in ("capacity", "allocatable", "available")]
+            out[numa] = (values[0], values[1], values[2])
     return out
 
 
@@ -130,12 +125,9 @@ def machine_memory(nrt: Mapping[str, Any] | None, total: str | None, numa_count:
     """Bytes of memory per NUMA node as the kubelet's cadvisor sees them (reserved memory included): the `node-N`
     zones' memory capacity, else the node's capacity split evenly; () when neither is known."""
     zones: dict[int, int] = {}
-    for zone in (nrt or {}).get("zones") or ():
-        match = NUMA_ZONE.match(str(zone.get("name", "")))
-        for res in (zone.get("resources") or ()) if match else ():
-            if isinstance(res, Mapping) and res.get("name") == "memory":
-                with contextlib.suppress(QuantityError):
-                    zones[int(match.group(1))] = memory_bytes(res.get("capacity"))  # type: ignore[union-attr]
+    for numa, res in zone_resources(nrt, "memory").items():
+        with contextlib.suppress(QuantityError):
+            zones[numa] = memory_bytes(res.get("capacity"))
     if len(zones) == numa_count and all(zones.values()):
         return tuple(zones[i] for i in range(numa_count))
     with contextlib.suppress(QuantityError):

@@ -216,18 +216,27 @@ def node_topology(
     return linux_layout([cores_total], tpc, "single-numa"), note
 
 
-def _nrt_numa_cpus(nrt: Mapping[str, Any]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for zone in nrt.get("zones") or ():
-        if not isinstance(zone, Mapping) or zone.get("type") != "Node":
+def zone_resources(nrt: Mapping[str, Any] | None, resource: str) -> dict[int, Mapping[str, Any]]:
+    """Per NUMA node, the `node-N` zone's entry for `resource` (capacity, allocatable, available) in a
+    NodeResourceTopology as node-feature-discovery writes it."""
+    out: dict[int, Mapping[str, Any]] = {}
+    for zone in (nrt or {}).get("zones") or ():
+        if not isinstance(zone, Mapping):
             continue
         match = NUMA_ZONE.match(str(zone.get("name", "")))
-        if not match:
+        if match is None:
             continue
         for res in zone.get("resources") or ():
-            if isinstance(res, Mapping) and res.get("name") == "cpu":
-                with contextlib.suppress(QuantityError):
-                    out[int(match.group(1))] = cpu_milli(res.get("capacity")) // 1000
+            if isinstance(res, Mapping) and res.get("name") == resource:
+                out[int(match.group(1))] = res
+    return out
+
+
+def _nrt_numa_cpus(nrt: Mapping[str, Any]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for numa, res in zone_resources(nrt, "cpu").items():
+        with contextlib.suppress(QuantityError):
+            out[numa] = cpu_milli(res.get("capacity")) // 1000
     return out
 
 
