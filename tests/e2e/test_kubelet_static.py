@@ -23,6 +23,7 @@ from placement.ledger import PLACEMENT
 from placement.topology import CPUSet
 from tests.e2e.cluster import Cluster, wait_until
 from tests.e2e.fleet import MODEL_NS, PLACED_NS, POOL, model_deployment, model_pod
+from tests.e2e.nrt import node_resource_topology
 from tests.e2e.vnode import KubeletStaticNode, start_kubelet_fleet, stop_fleet
 from tests.oracle.sysfs import NodeShape
 
@@ -47,12 +48,6 @@ class Fleet:
         self.failed: dict[str, str] = {}  # every pod a node's record showed Failed: its reason and message
 
 
-def _nrt(cluster: Cluster, name: str) -> dict[str, Any] | None:
-    got = cluster.api.call("GET", f"/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/{name}",
-                           ok=(200, 404))
-    return got if got.get("kind") == "NodeResourceTopology" else None
-
-
 @pytest.fixture(scope="module")
 def kstatic(cluster: Cluster) -> Iterator[Fleet]:
     failed: dict[str, str] = {}
@@ -68,7 +63,7 @@ def kstatic(cluster: Cluster) -> Iterator[Fleet]:
     fleet = Fleet(nodes)
     fleet.failed = failed
     try:
-        wait_until("each kubelet-static node's NodeResourceTopology", lambda: all(_nrt(cluster, n) for n in NODES),
+        wait_until("each kubelet-static node's NodeResourceTopology", lambda: all(node_resource_topology(cluster, n) for n in NODES),
                    timeout=60)
         FIGURES["fleet_start_s"] = round(time.monotonic() - started, 2)
         yield fleet
@@ -117,7 +112,7 @@ def test_kubelet_static_nodes_run_model_pods_where_the_ledger_put_them(cluster: 
     CPUs its placement annotation names; a Deployment's replicas each run exactly where annotated, and scaled past
     the room its extra replicas stay Pending: no pod is ever Failed."""
     for name, config in NODES.items():
-        nrt = _nrt(cluster, name)
+        nrt = node_resource_topology(cluster, name)
         assert nrt is not None
         attributes = {a["name"]: a["value"] for a in nrt["attributes"]}
         assert (attributes["topologyManagerPolicy"], attributes["topologyManagerScope"]) == (

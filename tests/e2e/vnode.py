@@ -1,6 +1,9 @@
-"""Virtual nodes: behind a Node object of the e2e control plane, the real balloons plugin and a kubelet stand-in.
+"""Virtual nodes: behind a Node object of the e2e control plane, a kubelet stand-in (`KubeletStandIn`) and what
+really decides where containers run: the balloons plugin (`VirtualNode`) or the kubelet's own managers
+(`KubeletStaticNode`, see its docstring: kubelet v1.35.4's CPU, Topology and Memory Managers through
+tests/oracle/kubeletpeer.py, node-feature-discovery's topology-updater writing the NRT through tests/e2e/nrt.py).
 
-Per node, one `tests/peers/balloons` process in agent mode on a synthetic sysfs of the node's shape
+Balloons nodes: per node, one `tests/peers/balloons` process in agent mode on a synthetic sysfs of the node's shape
 (`tests/oracle/sysfs.py`): the plugin's own agent (nri-plugins `pkg/agent`) watches the Node and picks its
 BalloonsPolicy (`node.<name>`, else `group.<config.nri/group label>`, else `default`) from the apiserver, patches
 that policy's status and writes the node's NodeResourceTopology itself, with the ServiceAccount and RBAC the
@@ -23,6 +26,9 @@ Where each container runs is written after every change to `<cluster root>/vnode
      "pods": {"<ns>/<pod>": {"uid": "...", "phase": "Running" | "Pending", "attempts": 1,
                              "message": "<the plugin's error>" (Pending: refused on its last attempt),
                              "containers": {"<container>": {"cpuset": "1,2,3,65,66,67", "mems": "0"}}}}}
+
+On a kubelet-static node a pod is "Running" or "Failed" (rejected at admission, with "reason" and "message"), and
+"cpuset" is the container's exclusive CPUs ("" for one in the shared pool), "mems" its Memory Manager NUMA nodes.
 
 `containers` are those running now, as the runtime last applied the plugin's pinning (so a re-pin the plugin makes
 while another pod starts shows too); a removed pod leaves the file. `on_record`, if given, gets each record as it
