@@ -161,8 +161,10 @@ def test_kubelet_static_nodes_run_model_pods_where_the_ledger_put_them(cluster: 
     running = wait_until("ks-deploy's 6 replicas Running or unschedulable", settled, timeout=90)
     FIGURES["scaled_settled_s"] = round(time.monotonic() - started, 2)
     FIGURES["replicas_running"] = len(running)
-    # ks-snn holds 3 (6 free CPUs on NUMA node 0, 8 on node 1); ks-restricted has 4 left after ks-split.
-    assert len(running) >= 3
+    # ks-snn holds 3 (6 free CPUs on NUMA node 0, 8 on node 1); ks-restricted 1: the kubelet gave ks-split the
+    # whole free NUMA node 1 and one core of node 0, which keeps 2 whole cores.
+    assert len(running) == 4
+    assert sorted(p["spec"]["nodeName"] for p in running) == ["ks-restricted"] + ["ks-snn"] * 3
     for p in running:
         assert len(_numa(_pinned_as_annotated(kstatic, p)["main"])) == 1, p["metadata"]["name"]
     time.sleep(2)  # what a kubelet would still reject shows within its sync; none may
