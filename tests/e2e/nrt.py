@@ -101,6 +101,13 @@ def pods_fingerprint(pods: Iterable[tuple[str, str]]) -> str:
     return "pfp0v001%016x" % _xxh64(b"".join(h.to_bytes(8, "little") for h in hashes))
 
 
+def node_resource_topology(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    """The node's NodeResourceTopology; None while there is none."""
+    got = cluster.api.call("GET", f"/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/{name}",
+                           ok=(200, 404))
+    return got if got.get("kind") == "NodeResourceTopology" else None
+
+
 def nrt_binary() -> str:
     return str(build("nrt"))
 

@@ -31,6 +31,7 @@ from tests.e2e.nrt import (
     PodResources,
     TopologyUpdaters,
     install_topology_updaters,
+    node_resource_topology,
     pods_fingerprint,
     start_nrt_scheduler,
 )
@@ -106,12 +107,6 @@ class Fleet:
     figures: dict[str, float]
 
 
-def _nrt(cluster: Cluster, name: str) -> dict[str, Any] | None:
-    got = cluster.api.call("GET", f"/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/{name}",
-                           ok=(200, 404))
-    return got if got.get("kind") == "NodeResourceTopology" else None
-
-
 @pytest.fixture(scope="module")
 def fleet(cluster: Cluster) -> Iterator[Fleet]:
     cluster.create_namespace(NS, enabled=False)
@@ -137,7 +132,7 @@ def fleet(cluster: Cluster) -> Iterator[Fleet]:
             serving[name].set(state(held, kubelet))
             updaters.start(name, SHAPE, kubelet, socket)
         started = time.monotonic()
-        wait_until("every node's NodeResourceTopology", lambda: all(_nrt(cluster, n) for n in names), timeout=60)
+        wait_until("every node's NodeResourceTopology", lambda: all(node_resource_topology(cluster, n) for n in names), timeout=60)
         figures["first_nrt_s"] = round(time.monotonic() - started, 2)
         uid = cluster.api.get("/api/v1/namespaces/node-feature-discovery")["metadata"]["uid"]
         yield Fleet(updaters, serving, uid, figures)
@@ -191,7 +186,7 @@ def test_topology_updater_writes_what_the_kubelet_reports(cluster: Cluster, flee
         "nrt-nomem": _expected_zones(False, (0, 0), (0, 0)),
     }
     for name, (held, kubelet) in NODES.items():
-        nrt = _nrt(cluster, name)
+        nrt = node_resource_topology(cluster, name)
         assert nrt is not None
         attributes = [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
                       {"name": "topologyManagerScope", "value": "container"}]
@@ -225,16 +220,16 @@ def test_topology_updater_writes_what_the_kubelet_reports(cluster: Cluster, flee
                                          "value": pods_fingerprint([(NS, room_0.name), (NS, burstable.name)])}
     fleet.podresources["nrt-room"].set(state(NODES["nrt-room"][0], KUBELET))
     wait_until("nrt-room's NRT with room-0 again",
-               lambda: _zones(_nrt(cluster, "nrt-room") or {"zones": []}) == expected["nrt-room"], timeout=30)
+               lambda: _zones(node_resource_topology(cluster, "nrt-room") or {"zones": []}) == expected["nrt-room"], timeout=30)
 
 
 def _next_nrt(cluster: Cluster, fleet: Fleet, name: str, held: list[Held]) -> dict[str, Any]:
     """The node's NRT once NFD has written it again after the kubelet's state became `held`."""
-    before = _nrt(cluster, name)
+    before = node_resource_topology(cluster, name)
     assert before is not None
     fleet.podresources[name].set(state(held, NODES[name][1]))
     return wait_until(f"{name}'s NRT after its pods became {[h.name for h in held]}", lambda: (
-        (n := _nrt(cluster, name)) and n["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
+        (n := node_resource_topology(cluster, name)) and n["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
         and n), timeout=30)
 
 

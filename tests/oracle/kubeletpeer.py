@@ -35,6 +35,7 @@ from tests.oracle.sysfs import NodeShape
 from tests.peers.build import build
 
 GIB = 1 << 30
+REJECTED = "Pod was rejected: "  # how kubelet.rejectPod begins the pod status' Message
 
 
 @lru_cache(maxsize=1)
@@ -177,8 +178,12 @@ class KubeletPeer(LinePeer):
         answer = self._checked({"op": "remove", "uid": uid})
         return answer["removed"], self._free(answer)
 
+    def podresources_answer(self) -> dict[str, Any]:
+        """The podresources op's answer as sent: what tests/e2e/nrt.py's PodResources serves."""
+        return self._checked({"op": "podresources"})
+
     def podresources(self) -> Listing:
-        answer = self._checked({"op": "podresources"})
+        answer = self.podresources_answer()
         pods = tuple(PodResources(p["namespace"], p["name"], tuple(
             ContainerResources(c["name"], tuple(c["cpu_ids"]), _memory(c["memory"])) for c in p["containers"]))
             for p in answer["pods"])
