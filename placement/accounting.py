@@ -140,19 +140,15 @@ def count_of(values: Iterable[int]) -> dict[int, int]:
     return out
 
 
-def balloon_of(ledger: NodeLedger, namespace: str) -> str:
-    """The balloon type a pod's unannotated containers land in on this node ("" where NRI does not run)."""
-    policy = ledger.nri.policy
-    return policy.route(namespace).name if policy is not None and ledger.nri.running else ""
 
 def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Observed | None = None,
             unclaimed: dict[str, tuple[tuple[int, int], ...]] | None = None) -> None:
     """Hold what pod `rec` takes on its node's ledger: where the plugin's export shows it, else where its persisted
     placement says, else a balloon of its type no other pod claims, else wherever it could be (unknown)."""
     demand = rec.model
-    balloon = balloon_of(ledger, rec.namespace)
+    balloon = ledger.shared_type(rec.namespace)
     if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
-        ledger.set_shared(rec.uid, (rec.shared_milli or 0) + (demand.cpu_milli if demand else 0), balloon,
+        ledger.set_shared(rec.uid, (rec.shared_milli or 0) + (demand.unpinned_milli if demand else 0), balloon,
                           rec.shared_memory + (demand.memory_bytes if demand else 0))
         return
     held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed)
@@ -179,7 +175,7 @@ def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: s
     result = fit(demand, ledger)
     if result.footprint is None or result.check in (reasons.BALLOON_TYPE_MISSING, reasons.NRI_NOT_RUNNING):
         # No balloon can exist for it there: it really runs in the shared pool.
-        ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.cpu_milli, balloon,
+        ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.unpinned_milli, balloon,
                           rec.shared_memory + demand.memory_bytes)
         return False
     fp = result.footprint

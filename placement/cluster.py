@@ -110,10 +110,15 @@ def _slim_node(obj: Mapping[str, Any]) -> NodeInfo:
     )
 
 
-def _only_container(spec: Mapping[str, Any], name: str) -> bool:
+def _only_container(spec: Mapping[str, Any], name: str, initializing: bool) -> bool:
+    """Is container `name` all the pod runs, now that regular init containers, if any, have completed? Then none of
+    it is in a shared balloon (the plugin's oracle: an empty `default` balloon holds no CPU)."""
     containers: Sequence[Any] = spec.get("containers") or ()
-    return not spec.get("initContainers") and len(containers) == 1 and isinstance(containers[0], Mapping) \
-        and containers[0].get("name") == name
+    if len(containers) != 1 or not isinstance(containers[0], Mapping) or containers[0].get("name") != name:
+        return False
+    init = spec.get("initContainers")
+    return not init or (not initializing and not any(isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+                                                     for c in init))
 
 
 def numa_memory(node: NodeInfo, nrt: Mapping[str, Any] | None, numa_count: int) -> tuple[int, ...]:
@@ -305,12 +310,13 @@ class ClusterState:
         if model is not None:
             text = (meta.get("annotations") or {}).get(PLACEMENT)
             placed = None if text is None else Placed.parse(text)
+        starting = initializing(obj)
         # Positional: this runs for every pod listed or watched, and keywords cost a third more.
         return PodRecord(
             str(uid), str(meta.get("namespace", "")), str(meta.get("name", "")), spec.get("nodeName") or None,
             str((obj.get("status") or {}).get("phase") or "Pending"), str(meta.get("creationTimestamp") or ""),
-            model, None if model is not None and _only_container(spec, model.container)
-            else pod_shared_cpu_milli(spec, model.container if model is not None else None, initializing(obj)),
+            model, None if model is not None and _only_container(spec, model.container, starting)
+            else pod_shared_cpu_milli(spec, model.container if model is not None else None, starting),
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
             pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
             placed, bool(meta.get("deletionTimestamp")),

@@ -353,6 +353,11 @@ class NodeLedger:
         """Shared balloons are grown and shrunk resize by resize (placement/inflation.py)."""
         return self.nri.policy is not None and self.nri.running and self.nri.policy.numa_preferring
 
+    def shared_type(self, namespace: str) -> str:
+        """The balloon type a pod's unannotated containers land in on this node ("" where NRI does not run)."""
+        policy = self.nri.policy
+        return policy.route(namespace).name if policy is not None and self.nri.running else ""
+
     def shared_growth(self, namespace: str, milli: int) -> int:
         """Cores the balloon a pod's unannotated containers land in (by `namespace`) grows by when they add
         `milli`: what a model pod's sidecars take beside its ranks."""
@@ -361,11 +366,19 @@ class NodeLedger:
             return 0
         btype = policy.route(namespace)
         now = self._shared_by_type.get(btype.name)
+        return max(0, self._shared_cores(btype, (now or 0) + milli)
+                   - (self._shared_cores(btype, now) if now is not None else 0))
 
-        def cores(total: int) -> int:
-            return math.ceil(shared_balloon_cpus(btype, total, self._kept_cpus) / self.threads_per_core)
+    def shared_cores(self, namespace: str, milli: int) -> int:
+        """Cores the balloon of `namespace`'s unannotated containers takes beyond the reserved cpuset when they
+        request `milli` alone: what it needs of a node emptied of model pods."""
+        policy = self.nri.policy
+        if policy is None or not self.nri.running:
+            return 0
+        return self._shared_cores(policy.route(namespace), milli)
 
-        return max(0, cores((now or 0) + milli) - (cores(now) if now is not None else 0))
+    def _shared_cores(self, btype: BalloonType, milli: int) -> int:
+        return math.ceil(shared_balloon_cpus(btype, milli, self._kept_cpus) / self.threads_per_core)
 
     def _resize_shared(self, balloon: str) -> None:
         """Grow or shrink shared balloon type `balloon` to what its containers request now, where the plugin

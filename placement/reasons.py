@@ -40,6 +40,7 @@ SHARED_UNSEEN = "shared-balloons-unseen"
 POD_LEAVING = "pod-terminating"
 UNKNOWN_NODE = "unknown-node"
 ALREADY_BOUND = "already-bound"
+INIT_EXCEEDS_NODE = "init-exceeds-node"
 
 # Model pods with no recorded placement (bound by another scheduler, or before the install) and no container zone
 # in the plugin's NodeResourceTopology: held on every NUMA node they could be on.
@@ -317,6 +318,38 @@ class SidecarsNoRoom(NamedTuple):
                 f"land in by {self.grows} core{_s(self.grows)}, and beside its ranks {self.free} would be free")
 
 
+class InitNoRoom(NamedTuple):
+    """The balloons plugin runs regular init containers in the shared balloon their namespace routes them to,
+    before the pod's other containers; it fails one that balloon cannot grow for, and the pod never starts."""
+
+    init_milli: int  # the most they request at once
+    balloon_type: str  # the shared balloon they run in
+    grows: int  # cores it grows by for them
+    free: int  # cores free now
+
+    check: str = INSUFFICIENT_FREE
+
+    def text(self) -> str:
+        return (f"its init containers (cpu: {format_cpu(self.init_milli)} at once) grow balloon "
+                f"{self.balloon_type}, where they run before the pod's other containers start, by {self.grows} "
+                f"core{_s(self.grows)}, and {self.free} {'is' if self.free == 1 else 'are'} free")
+
+
+class InitExceedsNode(NamedTuple):
+    init_milli: int  # the most its init containers request at once
+    balloon_type: str  # the shared balloon they run in
+    cores: int  # cores that balloon would hold for them
+    most: int  # model cores of the node, the most that balloon could ever grow into
+
+    check: str = INIT_EXCEEDS_NODE
+
+    def text(self) -> str:
+        return (f"its init containers (cpu: {format_cpu(self.init_milli)} at once) run in balloon "
+                f"{self.balloon_type}, which would need {self.cores} cores for them, and it can never grow into "
+                f"more than the {self.most} cores this node has outside its reserved CPUs; lower the init "
+                "containers' CPU requests")
+
+
 class NoFreeMemory(NamedTuple):
     memory: int  # bytes on each of its NUMA nodes
     numa: tuple[int, ...]  # where the plugin would put it
@@ -383,7 +416,8 @@ class AlreadyBound(NamedTuple):
 Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
           | MemoryExceedsNuma | TypeSpansFewer | StaticExceedsNode | MaxBalloons | SharesBalloon | RanksCrowded
-          | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | SidecarsNoRoom | NoFreeMemory | CoresTaken
+          | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | SidecarsNoRoom | InitNoRoom | InitExceedsNode
+          | NoFreeMemory | CoresTaken
           | PoolTaken | Unsettled | UnknownNode | AlreadyBound)
 
 

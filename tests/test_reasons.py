@@ -79,6 +79,13 @@ CASES: list[tuple[r.Reason, str, str]] = [
     (r.SidecarsNoRoom(1500, 2, 1), r.INSUFFICIENT_FREE,
      "its other containers (cpu: 1500m together) grow the shared balloon they land in by 2 cores, and beside its "
      "ranks 1 would be free"),
+    (r.InitNoRoom(64000, "default", 64, 40), r.INSUFFICIENT_FREE,
+     "its init containers (cpu: 64 at once) grow balloon default, where they run before the pod's other containers "
+     "start, by 64 cores, and 40 are free"),
+    (r.InitExceedsNode(64000, "default", 64, 62), r.INIT_EXCEEDS_NODE,
+     "its init containers (cpu: 64 at once) run in balloon default, which would need 64 cores for them, and it can "
+     "never grow into more than the 62 cores this node has outside its reserved CPUs; lower the init containers' "
+     "CPU requests"),
     (r.NoFreeMemory(48 * 2**30, (0, 2)), r.INSUFFICIENT_FREE_MEMORY,
      "needs 48Gi free memory on each of its NUMA nodes (pinMemory); the plugin would put it on NUMA nodes 0, 2"),
     (r.NoFreeMemory(5 * 2**30, (1,)), r.INSUFFICIENT_FREE_MEMORY,
