@@ -215,7 +215,7 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
     (tests/test_ledger_fit.py holds this to `fit` itself), so the extender answers nodes of one class with one
     `plan` and one `finish`. Kept here, beside `fit`, so that a new input is added to both."""
     key: tuple[Any, ...] = (ledger.free(), ledger.unsettled > 0, ledger.lends_reserved and ledger.unlent_free(),
-                            ledger.guessed)
+                            ledger.guessed, ledger.free_paired())
     if demand.policy == "nri-balloons":
         btype = _balloon_type(demand, ledger)
         # Whose next balloon depends on how many there are: maxBalloons, or filled before a new one is made.
@@ -396,6 +396,14 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
             elsewhere = unsure - ledger.guessed[i]
             if elsewhere and cores + elsewhere > (unlent or free)[i]:
                 return _refuse(node, reasons.SharedUnseen(i, elsewhere), True, fp)
+    paired = ledger.free_paired()
+    if paired is not None:
+        other = nri.place(policy, empty.step, paired, ledger.instances,
+                          ledger.unlent_paired(paired) if unlent is not None else None)
+        if not isinstance(other, nri.Plan) or other.per_numa != placed.per_numa:
+            instead = tuple(n for n, _ in other.per_numa) if isinstance(other, nri.Plan) and \
+                len(other.per_numa) == span else ()
+            return _refuse(node, reasons.PackagesUnseen(tuple(n for n, _ in placed.per_numa), instead), True, fp)
     if ledger.leaving:
         # Terminating pods' cores stay held, but the plugin may already have freed them and dropped their balloons,
         # which changes the counts balance-balloons reads and the NUMA node the plugin picks: both must agree.

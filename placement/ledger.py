@@ -179,6 +179,12 @@ class NodeLedger:
     # Under the balloons plugin, per shared balloon type: cores per NUMA node it has grown into, applied resize by
     # resize as the plugin does (`placement.inflation`): where it grew depends on what was free then.
     _grown: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
+    # Where they have grown if this node's NUMA nodes sit on two packages, half each (issue 39: the plugin compares
+    # packages first, and no label nor NodeResourceTopology says which NUMA nodes share one): kept beside `_grown`
+    # on a node of four NUMA nodes or more, an even number, whose shared balloons grow resize by resize, and no
+    # export says where they are. `fit` admits a balloon only where both put it (`free_paired`).
+    _paired: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
+    _packages: tuple[int, ...] = field(init=False, default=())  # that layout: each NUMA node's package; () none
     _instances: dict[str, int] = field(init=False, default_factory=dict)
     _instance_key: tuple[tuple[str, int], ...] | None = field(init=False, default=None)
     _balloons: dict[str, int] = field(init=False, default_factory=dict)  # holdings per balloon type
@@ -203,6 +209,10 @@ class NodeLedger:
     guessed: tuple[int, ...] = field(init=False, default=())
     _lent_held: tuple[int, ...] = field(init=False, default=())  # lent cores the grown-at-once reserved balloon took
     _lent: tuple[int, ...] = field(init=False)
+    # Reserved as a CPU count, the reserved balloon starts on the first cores (where `reserved` has them) but its
+    # minimum stays wherever it last shrank to (the oracle saw it move to NUMA node 1 after growing there): per NUMA
+    # node, its cores, counted among the guessed ones; () for a reserved cpuset, which does not move.
+    _floating: tuple[int, ...] = field(init=False, default=())
     _kept_cpus: int = field(init=False)
     unsettled: int = field(init=False, default=0)  # holdings of unknown placement: no NUMA choice can be foreseen
     leaving: int = field(init=False, default=0)  # holdings of terminating pods
@@ -217,6 +227,11 @@ class NodeLedger:
         # Lent, the reserved cores are model capacity like any other, and the reserved balloon grows from nothing.
         self._lent = reserved_cores if self.lends_reserved else (0,) * len(reserved_cores)
         self._kept_cpus = 0 if self.lends_reserved else len(self.reserved)
+        if policy is not None and self.nri.running and policy.reserves_a_count and any(reserved_cores):
+            self._floating = reserved_cores
+        numa_count = self.topology.numa_count
+        if numa_count >= 4 and numa_count % 2 == 0 and self._resized_as_plugin:
+            self._packages = tuple(i * 2 // numa_count for i in range(numa_count))
         self.capacity = tuple(len(numa.cores) - r + lent
                               for numa, r, lent in zip(self.topology.numa_nodes, reserved_cores, self._lent))
         self.capacity_total = sum(self.capacity)
@@ -260,7 +275,23 @@ class NodeLedger:
         if self._free is None:
             self.guessed = self._lent_held = ()
             self._free = self._spill_elastic(self._avail)
+            if self._floating and self.observed_shared is None:
+                self.guessed = tuple(g + f for g, f in zip(self.guessed or (0,) * len(self._floating), self._floating))
         return self._free
+
+    def free_paired(self) -> tuple[int, ...] | None:
+        """`free()` if the node's NUMA nodes sit on two packages (see `_paired`); None where no such doubt is kept."""
+        if not self._packages or self.observed_shared is not None:
+            return None
+        free = self._spill(self._avail, self._paired)
+        return free if free != self.free() else None
+
+    def unlent_paired(self, free: Sequence[int]) -> tuple[int, ...]:
+        """`unlent_free` on the two-package layout, whose free cores are `free` (`free_paired`)."""
+        return tuple(self._unlent(free, self._paired.get(RESERVED_TYPE) or ()))
+
+    def _spill(self, avail: Sequence[int], grown: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
+        return _clamped([a - sum(g[i] for g in grown.values()) for i, a in enumerate(avail)])
 
     def unlent_free(self) -> tuple[int, ...]:
         """Free model cores per NUMA node that are not reserved cores the policy lends: every other balloon takes
@@ -305,7 +336,7 @@ class NodeLedger:
         if self.observed_shared is not None:
             return _clamped([a - o for a, o in zip(avail, self.observed_shared)])
         if self._grown:
-            return _clamped([a - sum(g[i] for g in self._grown.values()) for i, a in enumerate(avail)])
+            return self._spill(avail, self._grown)
         if not self._shared_by_type or self._resized_as_plugin:
             return tuple(avail)  # nothing shared grows into model cores
         policy = self.nri.policy
@@ -382,24 +413,30 @@ class NodeLedger:
 
     def _resize_shared(self, balloon: str) -> None:
         """Grow or shrink shared balloon type `balloon` to what its containers request now, where the plugin
-        would: from what is free at this moment."""
+        would: from what is free at this moment (and so on the two-package layout, where one is kept)."""
         policy = self.nri.policy
         if policy is None or not self._resized_as_plugin:
             return
+        self._free = None
+        if self._packages:
+            self._resize_in(self._paired, self._spill(self._avail, self._paired), balloon, policy, self._packages)
+        self._resize_in(self._grown, self.free(), balloon, policy, ())
+        self._free = None
+
+    def _resize_in(self, grown_by_type: dict[str, tuple[int, ...]], free: tuple[int, ...], balloon: str,
+                   policy: BalloonsPolicy, packages: tuple[int, ...]) -> None:
         btype = policy.route_type(balloon)
         milli = self._shared_by_type.get(balloon)
         want = 0 if milli is None else \
             math.ceil(shared_balloon_cpus(btype, milli, self._kept_cpus) / self.threads_per_core)
-        grown = self._grown.get(balloon, (0,) * len(self.capacity))
+        grown = grown_by_type.get(balloon, (0,) * len(self.capacity))
         reserved = btype.name == RESERVED_TYPE
         base = tuple(len(n.cores) - c for n, c in zip(self.topology.numa_nodes, self.capacity)) \
             if reserved and not self.lends_reserved else ()
         delta = want - sum(grown)
-        self._free = None
         if delta > 0:
             far = tuple(dict.fromkeys(t.close_numa for t in policy.balloon_types
                                       if t.close_numa is not None and t.close_numa != btype.close_numa))
-            free = self.free()
             if reserved and self.lends_reserved:
                 # It prefers the reserved cpuset, which every other balloon takes last: first the reserved cores
                 # still free, by the same rules, then the rest.
@@ -407,14 +444,15 @@ class NodeLedger:
                 first = min(delta, sum(idle))
                 if first:
                     before = grown
-                    grown = inflation.grow(grown, idle, first, far=far, balancing=policy.topology_balancing)
+                    grown = inflation.grow(grown, idle, first, far=far, balancing=policy.topology_balancing,
+                                           packages=packages)
                     free = tuple(f - (g - b) for f, g, b in zip(free, grown, before))
                     delta -= first
             elif self.lends_reserved:
-                free = tuple(self._lent_last(free, self._grown.get(RESERVED_TYPE) or (), delta))
+                free = tuple(self._lent_last(free, grown_by_type.get(RESERVED_TYPE) or (), delta))
             if delta:
                 grown = inflation.grow(grown, free, delta, close=btype.close_numa, far=far, base=base,
-                                       balancing=policy.topology_balancing)
+                                       balancing=policy.topology_balancing, packages=packages)
             short = want - sum(grown)
             if short > 0:
                 # No whole core is free, yet the plugin, which counts threads, still finds one: hold it where the
@@ -422,11 +460,11 @@ class NodeLedger:
                 most = max(range(len(grown)), key=lambda i: (grown[i], -i))
                 grown = tuple(g + short if i == most else g for i, g in enumerate(grown))
         elif delta < 0:
-            grown = inflation.shrink(grown, self.free(), -delta, base=base)
+            grown = inflation.shrink(grown, free, -delta, base=base, packages=packages)
         if any(grown):
-            self._grown[balloon] = grown
+            grown_by_type[balloon] = grown
         else:
-            self._grown.pop(balloon, None)
+            grown_by_type.pop(balloon, None)
 
     # -- changes -----------------------------------------------------------------------------------
 
@@ -603,6 +641,7 @@ class NodeLedger:
         copy._shared_by_type, copy._shared_count = dict(self._shared_by_type), dict(self._shared_count)
         copy._shared_memory, copy._shared_memory_total = dict(self._shared_memory), self._shared_memory_total
         copy._grown = dict(self._grown)
+        copy._paired = dict(self._paired)
         return copy
 
     # -- views -------------------------------------------------------------------------------------

@@ -306,6 +306,22 @@ class SharedUnseen(NamedTuple):
                 "generated policy, or let the extender read the plugin's NodeResourceTopology")
 
 
+class PackagesUnseen(NamedTuple):
+    """Where the shared balloons grew and shrank depends on which NUMA nodes share a package, which nothing says."""
+
+    numa: tuple[int, ...]  # where the plugin puts it if each NUMA node is a package of its own, or all one
+    paired: tuple[int, ...]  # where it puts it if they sit on two packages; () when it could not be NUMA-local
+
+    check: str = SHARED_UNSEEN
+
+    def text(self) -> str:
+        where = _numa_nodes(self.paired) if self.paired else "no NUMA node per rank"
+        return (f"the balloons plugin would put it on {_numa_nodes(self.numa)} if this node's NUMA nodes sit on one "
+                f"package, or one package each, and on {where} if they sit on two: the shared balloons grew and "
+                "shrank where the packages decide, and nothing says which NUMA nodes share one; let the extender "
+                "read the plugin's NodeResourceTopology")
+
+
 class SidecarsNoRoom(NamedTuple):
     shared_milli: int  # the other containers' CPU
     grows: int  # cores the shared balloon grows by
@@ -416,8 +432,8 @@ class AlreadyBound(NamedTuple):
 Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
           | MemoryExceedsNuma | TypeSpansFewer | StaticExceedsNode | MaxBalloons | SharesBalloon | RanksCrowded
-          | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | SidecarsNoRoom | InitNoRoom | InitExceedsNode
-          | NoFreeMemory | CoresTaken
+          | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | PackagesUnseen | SidecarsNoRoom | InitNoRoom
+          | InitExceedsNode | NoFreeMemory | CoresTaken
           | PoolTaken | Unsettled | UnknownNode | AlreadyBound)
 
 

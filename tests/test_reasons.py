@@ -76,6 +76,10 @@ CASES: list[tuple[r.Reason, str, str]] = [
      "NUMA node 0 has room for it only if the 3 cores the shared balloons took elsewhere are not there, and where "
      "they grew is not known (no type of the BalloonsPolicy prefers a NUMA node, and no NodeResourceTopology export "
      "was read); use the generated policy, or let the extender read the plugin's NodeResourceTopology"),
+    (r.PackagesUnseen((0,), (1,)), r.SHARED_UNSEEN,
+     "the balloons plugin would put it on NUMA node 0 if this node's NUMA nodes sit on one package, or one package "
+     "each, and on NUMA node 1 if they sit on two: the shared balloons grew and shrank where the packages decide, and "
+     "nothing says which NUMA nodes share one; let the extender read the plugin's NodeResourceTopology"),
     (r.SidecarsNoRoom(1500, 2, 1), r.INSUFFICIENT_FREE,
      "its other containers (cpu: 1500m together) grow the shared balloon they land in by 2 cores, and beside its "
      "ranks 1 would be free"),

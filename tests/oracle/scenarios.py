@@ -147,9 +147,10 @@ def model_pod(name: str, tp: int, cpu: int | str, init: int | None = None) -> di
             "spec": spec, "status": {"phase": "Pending"}}
 
 
-def system_pod(name: str, namespace: str, cpu: int) -> dict[str, Any]:
-    """A Guaranteed non-model pod, bound to the node."""
-    resources = {"requests": {"cpu": str(cpu), "memory": "1Gi"}, "limits": {"cpu": str(cpu), "memory": "1Gi"}}
+def system_pod(name: str, namespace: str, cpu: int, burstable: bool = False) -> dict[str, Any]:
+    """A non-model pod, Guaranteed (or Burstable: no limits), bound to the node."""
+    requests = {"cpu": str(cpu), "memory": "1Gi"}
+    resources = {"requests": requests} if burstable else {"requests": requests, "limits": requests}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
             "spec": {"nodeName": NODE, "containers": [{"name": "agent", "resources": resources}]},
@@ -190,9 +191,9 @@ class Node:
             self.plugin.remove_pod(run.pod)
         return verdict, dict(got)
 
-    def add_system(self, name: str, namespace: str, cpu: int) -> bool:
+    def add_system(self, name: str, namespace: str, cpu: int, burstable: bool = False) -> bool:
         """False when the plugin has no room for it (the kubelet would fail it): it is not kept."""
-        pod = system_pod(name, namespace, cpu)
+        pod = system_pod(name, namespace, cpu, burstable)
         run = peer_pod(pod)
         if not all(c.ok for c in run_pod(self.plugin, run).values()):
             self.plugin.remove_pod(run.pod)

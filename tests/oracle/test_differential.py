@@ -95,6 +95,7 @@ def stream(group: Group, seed: int) -> Iterator[tuple[str, dict[str, Any]]]:
             init = str(extra.randint(1, shape.cpus))
             pod["spec"]["initContainers"] = [{"name": "init", "resources": {
                 "requests": {"cpu": init, "memory": "64Mi"}, "limits": {"cpu": init, "memory": "64Mi"}}}]
+        pod["metadata"]["creationTimestamp"] = f"2026-12-06T10:00:{k:02d}Z"  # as the apiserver stamps it
         yield "create", pod
 
 
