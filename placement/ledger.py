@@ -44,6 +44,10 @@ class Holding:
     # Its pod is terminating: its cores stay held until it is gone, but the kubelet may already have removed its
     # containers, and the plugin its balloons (`NodeLedger.without_leaving`).
     leaving: bool = False
+    # Unknown placement: what it could take on each NUMA node before it was charged, and its cores in all; a copy
+    # of the ledger without some other pods charges it again from these (`NodeLedger.scratch`).
+    asked: tuple[tuple[int, int], ...] = ()
+    asked_cores: int = 0
 
     @property
     def cores(self) -> int:
@@ -492,7 +496,7 @@ class NodeLedger:
         charged = tuple((n, min(c, max(free[n], 0))) for n, c in holding.per_numa)
         taken = sum(c for _, c in charged)
         self._add(replace(holding, per_numa=tuple(p for p in charged if p[1]), unknown=True,
-                          shortfall=max(0, cores - taken)))
+                          shortfall=max(0, cores - taken), asked=holding.per_numa, asked_cores=cores))
 
     def _add(self, holding: Holding) -> None:
         self.unsettled += holding.unknown
@@ -633,9 +637,15 @@ class NodeLedger:
         copy = NodeLedger(self.name, self.topology, self.reserved, self.reserved_source, self.labels, self.nri,
                           observed_shared=self.observed_shared,
                           observed_idle_lent=self.observed_idle_lent, numa_memory=self.numa_memory)
-        for holding in self.holdings.values():
-            if (without is None or holding.identity != without) and holding.uid not in evicted:
+        kept = [h for h in self.holdings.values()
+                if (without is None or h.identity != without) and h.uid not in evicted]
+        for holding in kept:
+            if not holding.unknown:
                 copy._add(holding)
+        # A pod of unknown placement was charged on what the others left free: without some of them, on more.
+        for holding in kept:
+            if holding.unknown:
+                copy.hold_unknown(replace(holding, per_numa=holding.asked), holding.asked_cores)
         # The shared balloons as they are: re-adding their pods would resize them from what is free in the copy.
         copy.shared, copy._shared_total = dict(self.shared), self._shared_total
         copy._shared_by_type, copy._shared_count = dict(self._shared_by_type), dict(self._shared_count)
