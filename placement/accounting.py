@@ -52,6 +52,10 @@ class Record(Protocol):
     @property
     def leaving(self) -> bool: ...
     @property
+    def init_milli(self) -> int: ...
+    @property
+    def initializing(self) -> bool: ...
+    @property
     def created(self) -> str: ...
 
 
@@ -147,27 +151,36 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
     placement says, else a balloon of its type no other pod claims, else wherever it could be (unknown)."""
     demand = rec.model
     balloon = ledger.shared_type(rec.namespace)
+    # Where the ledger follows the shared balloons resize by resize, a pod's init containers moved them once, before
+    # its other containers started, and hold their cores aside while they run; elsewhere they count as shared
+    # containers while they run, as the kubelet's effective request does.
+    cycled = bool(rec.init_milli) and ledger.init_cycle(rec.uid, rec.namespace, rec.init_milli)
+    init = rec.init_milli if rec.initializing and not cycled else 0
     if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
-        ledger.set_shared(rec.uid, (rec.shared_milli or 0) + (demand.unpinned_milli if demand else 0), balloon,
-                          rec.shared_memory + (demand.memory_bytes if demand else 0))
+        ledger.set_shared(rec.uid, max((rec.shared_milli or 0) + (demand.unpinned_milli if demand else 0), init),
+                          balloon, rec.shared_memory + (demand.memory_bytes if demand else 0))
+        ledger.set_initializing(rec.uid, cycled and rec.initializing)
         return
-    held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed)
+    held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed, init)
     if rec.leaving:
         # The fleet benchmark caught this: a ledger that counted a terminating pod's balloon, gone from the node,
         # foresaw the next balloon on another NUMA node than the plugin chose, and admitted a pod it then split
         # (`fit` now forecasts with and without such pods).
         ledger.mark_leaving(rec.uid)
-    if held and rec.shared_milli is not None:
+    if held and (rec.shared_milli is not None or init):
         # After the model's cores: the kubelet creates the model container before the sidecars listed after it,
         # and their balloon grows from what the model's balloon left (the plugin did so on a full NUMA node). For
         # native sidecars and containers listed before the model, which start first, the order is a guess; live
         # and rebuilt ledgers use the same one.
-        ledger.set_shared(rec.uid, rec.shared_milli, balloon, rec.shared_memory)
+        ledger.set_shared(rec.uid, max(rec.shared_milli or 0, init), balloon, rec.shared_memory)
+    ledger.set_initializing(rec.uid, cycled and rec.initializing)
 
 
 def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: str, fit: Fitter, log: Log,
-                observed: Observed | None, unclaimed: dict[str, tuple[tuple[int, int], ...]] | None) -> bool:
-    """`account` for the model container; False when its sidecars were put into the shared pool with it."""
+                observed: Observed | None, unclaimed: dict[str, tuple[tuple[int, int], ...]] | None, init: int
+                ) -> bool:
+    """`account` for the model container; False when its sidecars (and `init`, its init containers' CPU while they
+    count as shared) were put into the shared pool with it."""
     zone = observed.container_balloon.get(f"{rec.namespace}/{rec.name}/{demand.container}") if observed else None
     if zone is not None and observed is not None:
         hold_observed(ledger, rec, demand, zone, observed, fit)
@@ -175,7 +188,7 @@ def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: s
     result = fit(demand, ledger)
     if result.footprint is None or result.check in (reasons.BALLOON_TYPE_MISSING, reasons.NRI_NOT_RUNNING):
         # No balloon can exist for it there: it really runs in the shared pool.
-        ledger.set_shared(rec.uid, (rec.shared_milli or 0) + demand.unpinned_milli, balloon,
+        ledger.set_shared(rec.uid, max((rec.shared_milli or 0) + demand.unpinned_milli, init), balloon,
                           rec.shared_memory + demand.memory_bytes)
         return False
     fp = result.footprint
@@ -272,6 +285,7 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
     unclaimed = observed.unclaimed() if observed is not None else None
     for rec in sorted(records, key=lambda r: (r.placed is None, r.created, r.namespace, r.name)):
         account(ledger, rec, fit, log, observed, unclaimed)
+    ledger.replayed()
     if observed is not None and unclaimed:
         # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
         # still hold their cores.

@@ -227,9 +227,10 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
             key += (ledger.shared_growth(demand.namespace, demand.shared_milli),)
     elif demand.policy not in EXCLUSIVE_POLICIES:
         key += (ledger.shared_milli,
-                ledger.shared_growth(demand.namespace, demand.unpinned_milli + demand.shared_milli))
+                ledger.shared_growth(demand.namespace, demand.unpinned_milli + demand.shared_milli, containers=True))
     if demand.init_milli:
-        key += (ledger.shared_growth(demand.namespace, demand.init_milli),)
+        key += (ledger.shared_growth(demand.namespace, demand.init_milli),
+                ledger.layout_key() if ledger.follows_resizes else ())
     return key
 
 
@@ -381,6 +382,11 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     no_room = _init_no_room(demand, ledger, free)
     if no_room is not None:
         return _refuse(node, no_room, True, fp)
+    if demand.init_milli and ledger.follows_resizes:
+        # Its init containers run first, in a shared balloon that grows for them and shrinks back: its balloon is
+        # made where that leaves cores free.
+        ledger = ledger.after_init(demand.namespace, demand.init_milli)
+        free = ledger.free()
     unlent = ledger.unlent_free() if ledger.lends_reserved else None
     placed = nri.place(policy, empty.step, free, ledger.instances, unlent)
     if not isinstance(placed, nri.Plan):
@@ -494,7 +500,8 @@ def _fit_shared_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, fp: 
     why = _init_no_room(demand, ledger, free)
     if why is not None:
         return _refuse(node, why, True, fp)
-    if ledger.shared_growth(demand.namespace, demand.unpinned_milli + demand.shared_milli) > sum(free):
+    if ledger.shared_growth(demand.namespace, demand.unpinned_milli + demand.shared_milli, containers=True) \
+            > sum(free):
         return _refuse(node, reasons.PoolTaken(fp), True, fp)
     return Fit(node, None, True, (), _score(ledger, list(free), strategy), fp)
 

@@ -189,6 +189,14 @@ class NodeLedger:
     # export says where they are. `fit` admits a balloon only where both put it (`free_paired`).
     _paired: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
     _packages: tuple[int, ...] = field(init=False, default=())  # that layout: each NUMA node's package; () none
+    # Where they follow the plugin resize by resize, the pods whose init containers grew a shared balloon and shrank
+    # it back (`init_cycle`, once per pod), each with the cores per NUMA node they hold beyond that while they run;
+    # and the pods whose init containers run now, whose cores are those.
+    _cycled: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
+    # Built from a list, not followed resize by resize: where the shared balloons grew is the replay's guess (the
+    # order of past creates and deletes is not in a list), until they are back within the reserved cpuset.
+    layout_guessed: bool = field(init=False, default=False)
+    _initializing: set[str] = field(init=False, default_factory=set)
     _instances: dict[str, int] = field(init=False, default_factory=dict)
     _instance_key: tuple[tuple[str, int], ...] | None = field(init=False, default=None)
     _balloons: dict[str, int] = field(init=False, default_factory=dict)  # holdings per balloon type
@@ -278,7 +286,7 @@ class NodeLedger:
         """Free model cores per NUMA node."""
         if self._free is None:
             self.guessed = self._lent_held = ()
-            self._free = self._spill_elastic(self._avail)
+            self._free = self._less_init(self._spill_elastic(self._avail))
             if self._floating and self.observed_shared is None:
                 self.guessed = tuple(g + f for g, f in zip(self.guessed or (0,) * len(self._floating), self._floating))
         return self._free
@@ -287,8 +295,81 @@ class NodeLedger:
         """`free()` if the node's NUMA nodes sit on two packages (see `_paired`); None where no such doubt is kept."""
         if not self._packages or self.observed_shared is not None:
             return None
-        free = self._spill(self._avail, self._paired)
+        free = self._less_init(self._spill(self._avail, self._paired))
         return free if free != self.free() else None
+
+    def _less_init(self, free: tuple[int, ...]) -> tuple[int, ...]:
+        """`free` less the cores of init containers that run now (see `_cycled`)."""
+        if not self._initializing:
+            return free
+        return _clamped([f - sum(self._cycled[uid][i] for uid in self._initializing) for i, f in enumerate(free)])
+
+    @property
+    def follows_resizes(self) -> bool:
+        """The shared balloons are grown and shrunk resize by resize, as the plugin does (placement/inflation.py)."""
+        return self._resized_as_plugin
+
+    def init_cycle(self, uid: str, namespace: str, milli: int) -> bool:
+        """Pod `uid`'s init containers, `milli` at most at once, ran in the shared balloon of `namespace`: the plugin
+        grew it for them and shrank it back before the pod's other containers started, which moves it to where cores
+        were free (resize by resize). Applied once per pod; False where the ledger does not follow resizes (there an
+        init container counts as a shared container while it runs)."""
+        if not self._resized_as_plugin:
+            return False
+        if uid in self._cycled:
+            return True
+        balloon = self.shared_type(namespace)
+        was = self._shared_by_type.get(balloon)
+        self._shared_by_type[balloon] = (was or 0) + milli
+        self._resize_shared(balloon)
+        peak = self._grown_cores()
+        if was is None:
+            del self._shared_by_type[balloon]
+        else:
+            self._shared_by_type[balloon] = was
+        self._resize_shared(balloon)
+        self._cycled[uid] = tuple(max(0, p - a) for p, a in zip(peak, self._grown_cores()))
+        self._free = self._free_memory = None
+        self.stamps.take(self.name)
+        return True
+
+    def replayed(self) -> None:
+        """The ledger was built from a list: the shared balloons grew in another order than they did, so unless the
+        export says where they are, where they grew is a guess (each resize depends on what was free then)."""
+        if self._grown and self.observed_shared is None:
+            self.layout_guessed = True
+            self._free = None
+
+    def _grown_cores(self) -> tuple[int, ...]:
+        return tuple(sum(g[i] for g in self._grown.values()) for i in range(len(self.capacity)))
+
+    def set_initializing(self, uid: str, running: bool) -> None:
+        """Whether pod `uid`'s init containers run now (their cores, `_cycled`, are then not free)."""
+        if running == (uid in self._initializing) or uid not in self._cycled:
+            return
+        if running:
+            self._initializing.add(uid)
+        else:
+            self._initializing.discard(uid)
+        self._free = None
+        self.stamps.take(self.name)
+
+    def forget_init(self, uid: str) -> None:
+        """Pod `uid` is gone."""
+        self.set_initializing(uid, False)
+        self._cycled.pop(uid, None)
+
+    def after_init(self, namespace: str, milli: int) -> NodeLedger:
+        """A copy of this node as a new pod's init containers, `milli` at most at once in the shared balloon of
+        `namespace`, leave it: where its other containers then land."""
+        copy = self.scratch()
+        copy.init_cycle("", namespace, milli)
+        return copy
+
+    def layout_key(self) -> tuple[Any, ...]:
+        """Where the shared balloons sit and what they hold, for keys of what `after_init` reads."""
+        return (tuple(sorted(self._grown.items())), tuple(sorted(self._paired.items())),
+                tuple(sorted(self._shared_by_type.items())))
 
     def unlent_paired(self, free: Sequence[int]) -> tuple[int, ...]:
         """`unlent_free` on the two-package layout, whose free cores are `free` (`free_paired`)."""
@@ -340,6 +421,8 @@ class NodeLedger:
         if self.observed_shared is not None:
             return _clamped([a - o for a, o in zip(avail, self.observed_shared)])
         if self._grown:
+            if self.layout_guessed:
+                self.guessed = self._grown_cores()
             return self._spill(avail, self._grown)
         if not self._shared_by_type or self._resized_as_plugin:
             return tuple(avail)  # nothing shared grows into model cores
@@ -393,11 +476,12 @@ class NodeLedger:
         policy = self.nri.policy
         return policy.route(namespace).name if policy is not None and self.nri.running else ""
 
-    def shared_growth(self, namespace: str, milli: int) -> int:
+    def shared_growth(self, namespace: str, milli: int, containers: bool = False) -> int:
         """Cores the balloon a pod's unannotated containers land in (by `namespace`) grows by when they add
-        `milli`: what a model pod's sidecars take beside its ranks."""
+        `milli`: what a model pod's sidecars take beside its ranks. `containers`: there are some even at 0 milli,
+        and an empty balloon grows to a CPU for them."""
         policy = self.nri.policy
-        if not milli or policy is None or not self.nri.running:
+        if not (milli or containers) or policy is None or not self.nri.running:
             return 0
         btype = policy.route(namespace)
         now = self._shared_by_type.get(btype.name)
@@ -469,6 +553,8 @@ class NodeLedger:
             grown_by_type[balloon] = grown
         else:
             grown_by_type.pop(balloon, None)
+        if not self._grown:
+            self.layout_guessed = False
 
     # -- changes -----------------------------------------------------------------------------------
 
@@ -537,6 +623,7 @@ class NodeLedger:
         self._add(replace(holding, per_numa=tuple(placed), shortfall=holding.shortfall + short))
 
     def release(self, uid: str) -> Holding | None:
+        self.set_initializing(uid, False)
         holding = self.holdings.pop(uid, None)
         if holding is None:
             return None
@@ -579,6 +666,7 @@ class NodeLedger:
         self.stamps.take(self.name)
 
     def drop_shared(self, uid: str) -> None:
+        self.set_initializing(uid, False)
         was = self._unshare(uid)
         if was is not None:
             self._resize_shared(was)
@@ -652,6 +740,8 @@ class NodeLedger:
         copy._shared_memory, copy._shared_memory_total = dict(self._shared_memory), self._shared_memory_total
         copy._grown = dict(self._grown)
         copy._paired = dict(self._paired)
+        copy._cycled, copy._initializing = dict(self._cycled), set(self._initializing)
+        copy.layout_guessed = self.layout_guessed
         return copy
 
     # -- views -------------------------------------------------------------------------------------

@@ -301,9 +301,9 @@ class SharedUnseen(NamedTuple):
     def text(self) -> str:
         return (f"NUMA node {self.numa} has room for it only if the {self.cores} core{_s(self.cores)} the shared "
                 f"balloons took elsewhere {'are' if self.cores != 1 else 'is'} not there, and where they grew is not "
-                "known (no type of the "
-                "BalloonsPolicy prefers a NUMA node, and no NodeResourceTopology export was read); use the "
-                "generated policy, or let the extender read the plugin's NodeResourceTopology")
+                "known (no NodeResourceTopology export was read, and no type of the BalloonsPolicy prefers a NUMA "
+                "node, or the reserved balloon is a CPU count, or the extender rebuilt its view from a list); let "
+                "the extender read the plugin's NodeResourceTopology, or use the generated policy")
 
 
 class PackagesUnseen(NamedTuple):

@@ -1,14 +1,21 @@
 """The ledger against the real NRI balloons plugin: random node shapes, policies and pod streams, played on both.
 
 Each scenario is a node (1/2/4/8 NUMA nodes, one or two packages, SMT on or off, 16-60 cores per NUMA node), a
-BalloonsPolicy (the one `balloons-policy` generates, or one of a few hand-written ones) and a stream of pod
-creates and deletes: model pods of TP 1/2/4/8 with random CPU requests, mutated by the real webhook code, some
-with sidecars; non-model pods in kube-system and other namespaces. Every model pod is first asked of the ledger
-(`ClusterState.fit`, the extender's question), then created on the plugin whatever the answer:
+BalloonsPolicy (the one `balloons-policy` generates, or one of a few hand-written ones: plain types with or without
+hideHyperthreads, a reserved CPU count or cpuset; some lacking the types of some TPs) and a stream of pod creates
+and deletes: model pods of TP 1/2/4/8 with random CPU requests, mutated by the real webhook code, some with
+sidecars; non-model pods in kube-system and other namespaces; a tenth of them with an init container of up to the
+node's size. Every model pod is first asked of the ledger (`ClusterState.fit`, the extender's question), then
+created on the plugin whatever the answer:
 - admitted by the ledger: it must run on the plugin, on exactly the NUMA nodes the ledger predicted (one per
   rank), with the cores the ledger predicted on each, on no core another balloon holds; it stays on both;
 - refused by the ledger: what the plugin would have done is recorded, then the pod is removed from the plugin so
   the two stay in step.
+A model pod whose TP has no type in the policy is resolved to best-effort by the webhook, and the plugin serves it
+from a shared balloon: admitted, every container of it must run there; refused, the plugin must fail one (or it
+counts as a needless refusal). A non-model pod is judged as strictly: where the ledger sees room for it in its
+shared balloon the plugin must run it, and where the ledger sees none the plugin must fail it (or it counts as
+misjudged, at most 5 %).
 An admitted pod is bound as the extender binds it (`ClusterState.assume`, then the watch's view of the pod with the
 placement annotation the Binding wrote). At one random point of every stream the ledger is thrown away and rebuilt
 from a list of what runs (Node, BalloonsPolicy, the bound pods, the exported NodeResourceTopology where that stream
@@ -89,7 +96,7 @@ def stream(group: Group, seed: int) -> Iterator[tuple[str, dict[str, Any]]]:
         else:
             pod = plain_pod(name, rng.choice(NAMESPACES), rng.choice(("0", "100m", "500m", "1", "2", "4")),
                             burstable=rng.random() < 0.3)
-        if extra is not None and extra.random() < 0.2:
+        if extra is not None and extra.random() < 0.1:
             # An init container (a weights download, a migration) of up to the node's size: it runs in the shared
             # balloon its namespace routes to, before the pod's other containers start.
             init = str(extra.randint(1, shape.cpus))
@@ -256,7 +263,7 @@ def shared_pod(node: BalloonsPeer, cluster: ClusterState, tally: Tally, where: s
     namespace, balloon = meta["namespace"], ledger.shared_type(meta["namespace"])
     error = next((got.error for got in results.values() if not got.ok), None)
     ran = error is None and len(results) == len(spec.get("initContainers") or ()) + len(spec["containers"])
-    grows = ledger.shared_growth(namespace, pod_shared_cpu_milli(spec, initializing=True))
+    grows = ledger.shared_growth(namespace, pod_shared_cpu_milli(spec, initializing=True), containers=True)
     free = sum(ledger.free())
     what = f"{where} {namespace}/{meta['name']} ({grows} cores more in {balloon}, {free} free)"
     if verdict is not None:
@@ -271,6 +278,7 @@ def shared_pod(node: BalloonsPeer, cluster: ClusterState, tally: Tally, where: s
             tally.refused_local.append(f"{what}: the plugin runs it best-effort; ledger: {verdict.check}: "
                                        f"{verdict.reason}")
         return ran and verdict.ok
+    tally.table[f"shared/{'runs' if ran else 'fails'}"] += 1
     if ran and grows > free:
         tally.misjudged.append(f"{what}: the ledger sees no room for it, the plugin runs it")
     elif not ran:
@@ -290,7 +298,9 @@ def rebuilt(live: ClusterState, group: Group, pods: list[dict[str, Any]], nrt: d
         if again is None or again.per_numa != holding.per_numa or set(again.types) != set(holding.types):
             tally.forgotten.append(f"{where}: {holding.pod} held {holding.per_numa} {holding.types}, rebuilt "
                                    f"{None if again is None else (again.per_numa, again.types)}")
-    if now.free() != was.free():
+    # Where the shared balloons grew is history a list does not hold: the rebuilt ledger may hold them elsewhere only
+    # where it knows that it guesses (and then admits a balloon only where it fits wherever they are).
+    if now.free() != was.free() and (sum(now.free()) != sum(was.free()) or not now.guessed):
         tally.forgotten.append(f"{where}: free cores per NUMA node {was.free()} live, {now.free()} rebuilt")
     return cluster
 
@@ -354,6 +364,7 @@ def report(total: Tally, examples: int = 12) -> str:
         f"saw no room: {len(total.misjudged)}",
         "  best-effort fallbacks (ledger / plugin): "
         + ", ".join(f"{k.split(' ', 1)[1]} {v}" for k, v in sorted(total.table.items()) if k.startswith("fallback ")),
+        f"  non-model pods the plugin runs / fails: {total.table['shared/runs']} / {total.table['shared/fails']}",
     ]
     lines += ["    " + line for line in (total.bad + total.forgotten + total.drift + total.other_failures
                                          + total.misjudged + total.refused_local)[:examples]]
@@ -365,11 +376,17 @@ def test_the_ledger_never_admits_what_the_plugin_fails_spreads_or_shares(capsys:
     with capsys.disabled():
         print("\n" + report(total))
     assert total.scenarios >= min(600, 5 * GROUPS)  # bench/bench_oracle.py plays thousands, on demand
-    assert total.table["admit/local"] > sum(total.table.values()) / 4  # the streams exercise admissions
+    table = total.table
+    # The streams exercise admissions, best-effort fallbacks and pods of the shared balloons alone.
+    assert table["admit/local"] > sum(v for k, v in table.items() if k.startswith(("admit/", "refuse/"))) / 4
+    assert table["fallback admit/runs"] > 20 and table["shared/runs"] > 1000, dict(table)
     assert not total.bad, "\n".join(total.bad[:20])
     assert not total.forgotten, "\n".join(total.forgotten[:20])
     assert not total.drift_generated, "\n".join(total.drift[:20])
     assert not total.other_failures, "\n".join(total.other_failures[:20])
-    # Needless refusals: at most 5 % of the placements the plugin makes well are refused by the ledger.
-    good = total.table["admit/local"] + total.table["refuse/local"]
-    assert total.table["refuse/local"] <= 0.05 * good, "\n".join(total.refused_local[:20])
+    # Needless refusals: at most 5 % of the placements the plugin makes well are refused by the ledger, of the
+    # fallbacks it runs too; and at most 5 % of the non-model pods it runs were seen with no room.
+    good = table["admit/local"] + table["refuse/local"]
+    assert table["refuse/local"] <= 0.05 * good, "\n".join(total.refused_local[:20])
+    assert table["fallback refuse/runs"] <= 0.05 * (table["fallback admit/runs"] + table["fallback refuse/runs"])
+    assert len(total.misjudged) <= 0.05 * table["shared/runs"], "\n".join(total.misjudged[:20])
