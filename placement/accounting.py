@@ -285,7 +285,6 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
     unclaimed = observed.unclaimed() if observed is not None else None
     for rec in sorted(records, key=lambda r: (r.placed is None, r.created, r.namespace, r.name)):
         account(ledger, rec, fit, log, observed, unclaimed)
-    ledger.replayed()
     if observed is not None and unclaimed:
         # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
         # still hold their cores.

@@ -193,9 +193,6 @@ class NodeLedger:
     # it back (`init_cycle`, once per pod), each with the cores per NUMA node they hold beyond that while they run;
     # and the pods whose init containers run now, whose cores are those.
     _cycled: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
-    # Built from a list, not followed resize by resize: where the shared balloons grew is the replay's guess (the
-    # order of past creates and deletes is not in a list), until they are back within the reserved cpuset.
-    layout_guessed: bool = field(init=False, default=False)
     _initializing: set[str] = field(init=False, default_factory=set)
     _instances: dict[str, int] = field(init=False, default_factory=dict)
     _instance_key: tuple[tuple[str, int], ...] | None = field(init=False, default=None)
@@ -333,13 +330,6 @@ class NodeLedger:
         self.stamps.take(self.name)
         return True
 
-    def replayed(self) -> None:
-        """The ledger was built from a list: the shared balloons grew in another order than they did, so unless the
-        export says where they are, where they grew is a guess (each resize depends on what was free then)."""
-        if self._grown and self.observed_shared is None:
-            self.layout_guessed = True
-            self._free = None
-
     def _grown_cores(self) -> tuple[int, ...]:
         return tuple(sum(g[i] for g in self._grown.values()) for i in range(len(self.capacity)))
 
@@ -421,8 +411,6 @@ class NodeLedger:
         if self.observed_shared is not None:
             return _clamped([a - o for a, o in zip(avail, self.observed_shared)])
         if self._grown:
-            if self.layout_guessed:
-                self.guessed = self._grown_cores()
             return self._spill(avail, self._grown)
         if not self._shared_by_type or self._resized_as_plugin:
             return tuple(avail)  # nothing shared grows into model cores
@@ -553,8 +541,6 @@ class NodeLedger:
             grown_by_type[balloon] = grown
         else:
             grown_by_type.pop(balloon, None)
-        if not self._grown:
-            self.layout_guessed = False
 
     # -- changes -----------------------------------------------------------------------------------
 
@@ -741,7 +727,6 @@ class NodeLedger:
         copy._grown = dict(self._grown)
         copy._paired = dict(self._paired)
         copy._cycled, copy._initializing = dict(self._cycled), set(self._initializing)
-        copy.layout_guessed = self.layout_guessed
         return copy
 
     # -- views -------------------------------------------------------------------------------------

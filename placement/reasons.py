@@ -302,8 +302,8 @@ class SharedUnseen(NamedTuple):
         return (f"NUMA node {self.numa} has room for it only if the {self.cores} core{_s(self.cores)} the shared "
                 f"balloons took elsewhere {'are' if self.cores != 1 else 'is'} not there, and where they grew is not "
                 "known (no NodeResourceTopology export was read, and no type of the BalloonsPolicy prefers a NUMA "
-                "node, or the reserved balloon is a CPU count, or the extender rebuilt its view from a list); let "
-                "the extender read the plugin's NodeResourceTopology, or use the generated policy")
+                "node, or the reserved balloon is a CPU count); let the extender read the plugin's "
+                "NodeResourceTopology, or use the generated policy")
 
 
 class PackagesUnseen(NamedTuple):

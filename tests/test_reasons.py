@@ -75,8 +75,8 @@ CASES: list[tuple[r.Reason, str, str]] = [
     (r.SharedUnseen(0, 3), r.SHARED_UNSEEN,
      "NUMA node 0 has room for it only if the 3 cores the shared balloons took elsewhere are not there, and where "
      "they grew is not known (no NodeResourceTopology export was read, and no type of the BalloonsPolicy prefers a "
-     "NUMA node, or the reserved balloon is a CPU count, or the extender rebuilt its view from a list); let the "
-     "extender read the plugin's NodeResourceTopology, or use the generated policy"),
+     "NUMA node, or the reserved balloon is a CPU count); let the extender read the plugin's NodeResourceTopology, or "
+     "use the generated policy"),
     (r.PackagesUnseen((0,), (1,)), r.SHARED_UNSEEN,
      "the balloons plugin would put it on NUMA node 0 if this node's NUMA nodes sit on one package, or one package "
      "each, and on NUMA node 1 if they sit on two: the shared balloons grew and shrank where the packages decide, and "
