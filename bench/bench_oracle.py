@@ -12,9 +12,12 @@ table: admit/ok, admit/rejected by the kubelet's Reason, refuse/ok (the kubelet 
 
 Prints, over all scenarios and per policy kind: admit/ok (the ledger admits, the plugin runs every rank with its
 whole share on a NUMA node of its own, on cores nothing else uses), admit/bad (the ledger admits, the plugin fails,
-spreads or shares it), refuse/ok (a needless refusal), refuse/bad (a refusal the plugin proves right), and drift
-(both run it, on other NUMA nodes or core counts). Exits 1 when the ledger admitted anything bad or drifted under
-the generated policy. `.ci/run` plays 628 of these scenarios (2 minutes here); 5,000 take about a quarter of an hour.
+spreads or shares it; a best-effort fallback or a non-model pod it fails where the ledger saw room), refuse/ok (a
+needless refusal), refuse/bad (a refusal the plugin proves right), drift (both run it, on other NUMA nodes or core
+counts), fallback (best-effort fallbacks the ledger admits / refuses needlessly), shared (non-model pods the plugin
+runs / of them the ledger saw no room for), forgotten (a rebuilt ledger that holds a pod elsewhere). Exits 1 when
+the ledger admitted anything bad, forgot a pod or drifted under the generated policy. `.ci/run` plays 628 of these
+scenarios; 5,000 take about half an hour here.
 """
 
 from __future__ import annotations
@@ -33,13 +36,15 @@ from tests.oracle.kubeletscenarios import Tally as KubeletTally
 from tests.oracle.kubeletscenarios import play_scenario
 from tests.oracle.test_differential import GENERATED, STREAMS_PER_PEER, Tally, groups, report, run_group
 
-COLUMNS = ("admit/ok", "admit/bad", "refuse/ok", "refuse/bad", "drift")
+COLUMNS = ("admit/ok", "admit/bad", "refuse/ok", "refuse/bad", "drift", "fallback", "shared", "forgotten")
 
 
-def row(tally: Tally) -> tuple[int, ...]:
+def row(tally: Tally) -> tuple[int | str, ...]:
     t = tally.table
-    return (t["admit/local"], len(tally.bad), t["refuse/local"], t["refuse/spread or shared"] + t["refuse/fails"],
-            len(tally.drift))
+    return (t["admit/local"], len(tally.bad) + len(tally.other_failures), t["refuse/local"],
+            t["refuse/spread or shared"] + t["refuse/fails"], len(tally.drift),
+            f"{t['fallback admit/runs']}/{t['fallback refuse/runs']}", f"{t['shared/runs']}/{len(tally.misjudged)}",
+            len(tally.forgotten))
 
 
 def kubelet(scenarios: int) -> int:
@@ -75,15 +80,15 @@ def main() -> int:
     with ThreadPoolExecutor(max_workers=3) as pool:  # peers are processes: threads only wait on them
         for (group, _), tally in zip(jobs, pool.map(lambda job: run_group(*job), jobs)):
             total.merge(tally)
-            by_policy[group.policy].merge(tally)
+            by_policy[group.policy + (" lacking" if group.lacking else "")].merge(tally)
     seconds = time.perf_counter() - started
     print(report(total, examples=20))
     print(f"\n{'policy':18} {'scenarios':>9} " + " ".join(f"{c:>10}" for c in COLUMNS))
     for name, tally in [*sorted(by_policy.items()), ("all", total)]:
-        print(f"{name:18} {tally.scenarios:9} " + " ".join(f"{v:10}" for v in row(tally)))
+        print(f"{name:18} {tally.scenarios:9} " + " ".join(f"{v:>10}" for v in row(tally)))
     print(f"\n{total.scenarios} scenarios in {seconds:.0f} s")
     generated_drift = sum(len(by_policy[p].drift) for p in GENERATED)
-    return 1 if total.bad or generated_drift else 0
+    return 1 if total.bad or total.other_failures or total.forgotten or generated_drift else 0
 
 
 if __name__ == "__main__":

@@ -55,6 +55,10 @@ class Record(Protocol):
     @property
     def routed(self) -> tuple[Routed, ...]: ...
     @property
+    def init_milli(self) -> int: ...
+    @property
+    def initializing(self) -> bool: ...
+    @property
     def created(self) -> str: ...
     @property
     def kpod(self) -> kub.KPod | None: ...
@@ -147,10 +151,6 @@ def count_of(values: Iterable[int]) -> dict[int, int]:
     return out
 
 
-def balloon_of(ledger: NodeLedger, namespace: str) -> str:
-    """The balloon type a pod's unannotated containers land in on this node ("" where NRI does not run)."""
-    policy = ledger.nri.policy
-    return policy.route(namespace).name if policy is not None and ledger.nri.running else ""
 
 def routed_demand(ledger: NodeLedger, rec: Record) -> tuple[ModelDemand, int | None, int] | None:
     """What the plugin makes of a pod that is no model pod but whose balloon annotation routes containers to a
@@ -197,34 +197,41 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
             ledger.mark_leaving(rec.uid)
         return
     demand = rec.model
-    balloon = balloon_of(ledger, rec.namespace)
+    balloon = ledger.shared_type(rec.namespace)
     # What the pod's other containers request, beside the one with cores of its own.
     milli, memory = rec.shared_milli, rec.shared_memory
     if demand is None and (routed := routed_demand(ledger, rec)) is not None:
         demand, milli, memory = routed
+    # Where the ledger follows the shared balloons resize by resize, a pod's init containers moved them once, before
+    # its other containers started, and hold their cores aside while they run; elsewhere they count as shared
+    # containers while they run, as the kubelet's effective request does.
+    cycled = bool(rec.init_milli) and ledger.init_cycle(rec.uid, rec.namespace, rec.init_milli)
+    init = rec.init_milli if rec.initializing and not cycled else 0
     if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
-        ledger.set_shared(rec.uid, (milli or 0) + (demand.cpu_milli if demand else 0), balloon,
+        ledger.set_shared(rec.uid, max((milli or 0) + (demand.unpinned_milli if demand else 0), init), balloon,
                           memory + (demand.memory_bytes if demand else 0))
+        ledger.set_initializing(rec.uid, cycled and rec.initializing)
         return
-    held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed, (milli, memory))
+    held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed, (milli, memory), init)
     if rec.leaving:
         # The fleet benchmark caught this: a ledger that counted a terminating pod's balloon, gone from the node,
         # foresaw the next balloon on another NUMA node than the plugin chose, and admitted a pod it then split
         # (`fit` now forecasts with and without such pods).
         ledger.mark_leaving(rec.uid)
-    if held and milli is not None:
+    if held and (milli is not None or init):
         # After the model's cores: the kubelet creates the model container before the sidecars listed after it,
         # and their balloon grows from what the model's balloon left (the plugin did so on a full NUMA node). For
         # native sidecars and containers listed before the model, which start first, the order is a guess; live
         # and rebuilt ledgers use the same one.
-        ledger.set_shared(rec.uid, milli, balloon, memory)
+        ledger.set_shared(rec.uid, max(milli or 0, init), balloon, memory)
+    ledger.set_initializing(rec.uid, cycled and rec.initializing)
 
 
 def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: str, fit: Fitter, log: Log,
                 observed: Observed | None, unclaimed: dict[str, tuple[tuple[int, int], ...]] | None,
-                others: tuple[int | None, int]) -> bool:
-    """`account` for the model container; False when the pod's other containers (`others`: their CPU and memory)
-    were put into the shared pool with it."""
+                others: tuple[int | None, int], init: int) -> bool:
+    """`account` for the model container; False when the pod's other containers (`others`: their CPU and memory;
+    `init`, its init containers' CPU while they count as shared) were put into the shared pool with it."""
     zone = observed.container_balloon.get(f"{rec.namespace}/{rec.name}/{demand.container}") if observed else None
     if zone is not None and observed is not None:
         hold_observed(ledger, rec, demand, zone, observed, fit)
@@ -232,7 +239,8 @@ def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: s
     result = fit(demand, ledger)
     if result.footprint is None or result.check in (reasons.BALLOON_TYPE_MISSING, reasons.NRI_NOT_RUNNING):
         # No balloon can exist for it there: it really runs in the shared pool.
-        ledger.set_shared(rec.uid, (others[0] or 0) + demand.cpu_milli, balloon, others[1] + demand.memory_bytes)
+        ledger.set_shared(rec.uid, max((others[0] or 0) + demand.unpinned_milli, init), balloon,
+                          others[1] + demand.memory_bytes)
         return False
     fp = result.footprint
     placed = rec.placed

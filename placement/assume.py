@@ -35,9 +35,11 @@ class AssumeCache:
             return result
         placed = None if result.unknown else Placed(node, result.per_numa, result.types, fitmod.placed_cpus(result),
                                                          fitmod.placed_memory(result))
+        # Its init containers, if any, are still to run: held as they will be.
         cluster.put(PodRecord(uid, namespace, name, node, "Pending", old.created if old else "", demand,
                               old.shared_milli if old else None, assumed_at=now, priority=old.priority if old else 0,
-                              placed=placed, kpod=demand.kpod._replace(uid=uid) if demand.kpod else None))
+                              placed=placed, kpod=demand.kpod._replace(uid=uid) if demand.kpod else None,
+                              init_milli=demand.init_milli, initializing=bool(demand.init_milli)))
         return result
 
     def placement(self, uid: str) -> str | None:

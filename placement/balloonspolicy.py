@@ -118,6 +118,11 @@ class BalloonsPolicy:
             and not btype.min_cpus and not btype.max_cpus
 
     @property
+    def reserves_a_count(self) -> bool:
+        """reservedResources.cpu is a quantity: the reserved balloon is sized, not placed (a cpuset pins it)."""
+        return self.reserved_cpu is not None and not self.reserved_cpu.startswith(("cpuset:", "exclude-cpuset:"))
+
+    @property
     def numa_preferring(self) -> bool:
         """Some type prefers a NUMA node, so every other type is pushed away from it (fillFarFromDevices)."""
         return self._numa_preferring

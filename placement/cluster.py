@@ -22,6 +22,7 @@ from placement.demand import (
     Routed,
     initializing,
     is_model_pod,
+    pod_init_cpu_milli,
     pod_shared_cpu_milli,
     pod_shared_memory,
     read_model_pod,
@@ -86,8 +87,8 @@ class PodRecord(NamedTuple):
     phase: str
     created: str
     model: ModelDemand | None  # None: not a model pod
-    # CPU of the containers that hold no exclusive cores (a model pod's sidecars and init containers; all of
-    # any other pod); None when there are none
+    # CPU of the containers that hold no exclusive cores once it runs (a model pod's sidecars; all of any other
+    # pod); None when there are none. Regular init containers are `init_milli`.
     shared_milli: int | None
     assumed_at: float | None = None
     shared_memory: int = 0  # bytes the containers without exclusive cores request
@@ -99,6 +100,10 @@ class PodRecord(NamedTuple):
     kpod: KPod | None = None  # the pod as the kubelet reads it: what it takes on a kubelet-static node
     # Not a model pod, but it carries the plugin's balloon annotation: its containers and where it routes them
     routed: tuple[Routed, ...] = ()
+    # Its regular init containers: the most CPU they take at once in the shared pool (0: none), and whether they
+    # may still run
+    init_milli: int = 0
+    initializing: bool = False
 
     @property
     def active(self) -> bool:
@@ -123,9 +128,13 @@ def _slim_node(obj: Mapping[str, Any]) -> NodeInfo:
 
 
 def _only_container(spec: Mapping[str, Any], name: str) -> bool:
+    """Is container `name` all the pod runs once its regular init containers completed? Then none of it is in a
+    shared balloon (the plugin's oracle: an empty `default` balloon holds no CPU)."""
     containers: Sequence[Any] = spec.get("containers") or ()
-    return not spec.get("initContainers") and len(containers) == 1 and isinstance(containers[0], Mapping) \
-        and containers[0].get("name") == name
+    if len(containers) != 1 or not isinstance(containers[0], Mapping) or containers[0].get("name") != name:
+        return False
+    return not any(isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+                   for c in spec.get("initContainers") or ())
 
 
 def numa_memory(node: NodeInfo, nrt: Mapping[str, Any] | None, numa_count: int) -> tuple[int, ...]:
@@ -274,6 +283,9 @@ class ClusterState:
                 rec = _carried(old, rec)
             if old is not None:
                 self._unindex(old)
+                ledger = self._ledgers.get(old.node) if deleted and old.node is not None else None
+                if ledger is not None:
+                    ledger.forget_init(uid)
             if rec is not None:
                 self._index(rec)
         elif kind == "Node":
@@ -328,11 +340,12 @@ class ClusterState:
             str(uid), str(meta.get("namespace", "")), str(meta.get("name", "")), spec.get("nodeName") or None,
             str((obj.get("status") or {}).get("phase") or "Pending"), str(meta.get("creationTimestamp") or ""),
             model, None if model is not None and _only_container(spec, model.container)
-            else pod_shared_cpu_milli(spec, model.container if model is not None else None, initializing(obj)),
+            else pod_shared_cpu_milli(spec, model.container if model is not None else None),
             None, pod_shared_memory(spec, skip=model.container if model is not None else None),
             pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
             placed, bool(meta.get("deletionTimestamp")), kubelet_pod(str(uid), spec),
             routed_containers(meta.get("annotations"), spec) if model is None else (),
+            pod_init_cpu_milli(spec), initializing(obj),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------

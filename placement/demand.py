@@ -104,6 +104,9 @@ class ModelDemand:
     namespace: str = ""
     # The pod as the kubelet reads it (every container's exclusive CPUs): what kubelet-static nodes admit or reject.
     kpod: KPod | None = None
+    # While its regular init containers run, before any other container starts: the most CPU they take there at
+    # once, with the native sidecars started before them (`pod_init_cpu_milli`). 0: none.
+    init_milli: int = 0
 
     @property
     def requested_cpu(self) -> str:
@@ -113,6 +116,11 @@ class ModelDemand:
     @property
     def policy(self) -> str:
         return self.resolved_policy or self.requested_policy
+
+    @property
+    def unpinned_milli(self) -> int:
+        """The model container's CPU request as a shared balloon counts it, when it has no cores of its own."""
+        return min(self.cpu_milli, MAX_REQUEST_MILLI)
 
     @property
     def cpus(self) -> int:
@@ -429,31 +437,54 @@ def read_model_pod(pod: Mapping[str, Any], settings: Settings, namespace: str = 
         shared_milli=pod_shared_cpu_milli(spec, name),
         namespace=str(meta.get("namespace") or namespace),
         kpod=kubelet_pod("", spec),
+        init_milli=pod_init_cpu_milli(spec),
     )
+
+
+# The balloons plugin reads a container's CPU request back from its cpu.shares (pkg/resmgr/cache), and the kubelet's
+# MilliCPUToShares stops at 262,144 shares: 256 CPUs. The oracle showed a 288-CPU request given a 256-CPU balloon, and
+# a 386-CPU init container run in a shared balloon of 256 CPUs.
+MAX_REQUEST_MILLI = 262_144 * 1000 // 1024
+
+
+def _shared_request(container: Mapping[str, Any]) -> int:
+    """A container's CPU request as a shared balloon counts it. The kubelet's shared pool, which no request sizes,
+    is counted by the same figure: only a container of more than 256 CPUs reads differently."""
+    return min(container_cpu_milli(container)[0], MAX_REQUEST_MILLI)
 
 
 def pod_shared_cpu_milli(spec: Mapping[str, Any], skip: str | None = None, initializing: bool = False) -> int:
     """CPU a pod takes from the shared pool, less container `skip` (a model container with cores of its own):
     its app containers plus its native sidecars (restartable init containers, which run for the pod's life).
-    While it is `initializing`, the kubelet's effective request instead: max(that, the largest regular init
-    container with the sidecars started before it). The kubelet runs init containers to completion before the app
-    containers, and the balloons plugin releases a container's CPUs when it exits, so an init container's request
-    is held only while the pod initializes. Bad quantities count as 0."""
+    While it is `initializing`, the kubelet's effective request instead: max(that, `pod_init_cpu_milli`). The
+    kubelet runs init containers to completion before the app containers, and the balloons plugin releases a
+    container's CPUs when it exits, so an init container's request is held only while the pod initializes. Bad
+    quantities count as 0."""
     # Read for every pod listed or watched: plain loops, no intermediate lists.
     apps = 0
     for c in spec.get("containers") or ():
         if isinstance(c, _MAPPING) and (skip is None or c.get("name") != skip):
-            apps += container_cpu_milli(c)[0]
+            apps += _shared_request(c)
     sidecars = 0
-    init_peak = 0
+    for c in spec.get("initContainers") or ():
+        if isinstance(c, _MAPPING) and c.get("restartPolicy") == "Always":
+            sidecars += _shared_request(c)
+    return max(apps + sidecars, pod_init_cpu_milli(spec)) if initializing else apps + sidecars
+
+
+def pod_init_cpu_milli(spec: Mapping[str, Any]) -> int:
+    """The most CPU a pod's containers request at once while its regular init containers run: each of those with the
+    native sidecars started before it (they run one at a time, in order, before any app container). 0: none."""
+    sidecars = 0
+    peak = 0
     for c in spec.get("initContainers") or ():
         if not isinstance(c, _MAPPING):
             continue
         if c.get("restartPolicy") == "Always":
-            sidecars += container_cpu_milli(c)[0]
-        elif initializing:
-            init_peak = max(init_peak, sidecars + container_cpu_milli(c)[0])
-    return max(apps + sidecars, init_peak)
+            sidecars += _shared_request(c)
+        else:
+            peak = max(peak, sidecars + _shared_request(c))
+    return peak
 
 
 def initializing(pod: Mapping[str, Any]) -> bool:

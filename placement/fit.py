@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from placement import kubelet as kub
 from placement import nri, reasons
 from placement.balloonspolicy import BalloonsPolicy, BalloonType
-from placement.demand import OUT_REQUESTED, ModelDemand, round_up
+from placement.demand import MAX_REQUEST_MILLI, OUT_REQUESTED, ModelDemand, round_up
 from placement.ledger import Holding, NodeLedger
 from placement.quantity import QuantityError, cpu_milli
 from placement.topology import CPUSet
@@ -219,7 +219,7 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
     (tests/test_ledger_fit.py holds this to `fit` itself), so the extender answers nodes of one class with one
     `plan` and one `finish`. Kept here, beside `fit`, so that a new input is added to both."""
     key: tuple[Any, ...] = (ledger.free(), ledger.unsettled > 0, ledger.lends_reserved and ledger.unlent_free(),
-                            ledger.guessed)
+                            ledger.guessed, ledger.free_paired())
     if demand.policy == "nri-balloons":
         btype = _balloon_type(demand, ledger)
         # Whose next balloon depends on how many there are: maxBalloons, or filled before a new one is made.
@@ -235,7 +235,11 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
         key += (state.default, state.used,
                 None if state.memory is None else (state.memory.free, state.memory.count, state.memory.cells))
     elif demand.policy not in EXCLUSIVE_POLICIES:
-        key += (ledger.shared_milli,)
+        key += (ledger.shared_milli,
+                ledger.shared_growth(demand.namespace, demand.unpinned_milli + demand.shared_milli, containers=True))
+    if demand.init_milli:
+        key += (ledger.shared_growth(demand.namespace, demand.init_milli),
+                ledger.layout_key() if ledger.follows_resizes else ())
     return key
 
 
@@ -269,7 +273,10 @@ def _fit(demand: ModelDemand, ledger: NodeLedger, threads_per_core: int, strateg
         if isinstance(answer, kub.Rejected):
             return _refuse(node, reasons.PoolTaken(fp), True, fp)
         return Fit(node, None, True, (), _score(ledger, list(ledger.free()), strategy), fp, admitted=answer)
-    return _fit_shared(ledger, node, fp, ledger.free(), strategy)
+    free = ledger.free()
+    if ledger.nri.policy is not None and ledger.nri.running:
+        return _fit_shared_balloon(demand, ledger, node, fp, free, strategy)
+    return _fit_shared(ledger, node, fp, free, strategy)
 
 
 def _nri_refusal(demand: ModelDemand, ledger: NodeLedger, node: str) -> Fit:
@@ -363,19 +370,30 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     milli = demand.cpu_milli
     if milli == 0:
         return _refuse(node, reasons.NoCpu(), False)
-    if milli > nri.MAX_REQUEST_MILLI:
-        return _refuse(node, reasons.RequestOverShares(demand.cpus, nri.MAX_REQUEST_MILLI // 1000), False)
+    if milli > MAX_REQUEST_MILLI:
+        return _refuse(node, reasons.RequestOverShares(demand.cpus, MAX_REQUEST_MILLI // 1000), False)
     empty = _on_empty(policy, btype.name, milli, ledger.capacity, ledger.threads_per_core, ledger.numa_memory,
                       demand.memory_bytes, demand.tp, demand.pp, demand.dp)
     if isinstance(empty, _NeverFits):
         return _refuse(node, empty.why, False, empty.footprint)
     fp = empty.footprint
+    never = _init_never_fits(demand, ledger)
+    if never is not None:
+        return _refuse(node, never, False, fp)
     if btype.max_balloons > 0 and ledger.count_balloons(btype.name) >= btype.max_balloons:
         return _refuse(node, reasons.MaxBalloons(btype.name, btype.max_balloons), True, fp)
     if not btype.prefer_new_balloons and ledger.count_balloons(btype.name):
         # Existing balloons of the type are filled (and inflated) before a new one is made (allocateBalloonOfDef).
         return _refuse(node, reasons.SharesBalloon(btype.name), True, fp)
     free = ledger.free()
+    no_room = _init_no_room(demand, ledger, free)
+    if no_room is not None:
+        return _refuse(node, no_room, True, fp)
+    if demand.init_milli and ledger.follows_resizes:
+        # Its init containers run first, in a shared balloon that grows for them and shrinks back: its balloon is
+        # made where that leaves cores free.
+        ledger = ledger.after_init(demand.namespace, demand.init_milli)
+        free = ledger.free()
     unlent = ledger.unlent_free() if ledger.lends_reserved else None
     placed = nri.place(policy, empty.step, free, ledger.instances, unlent)
     if not isinstance(placed, nri.Plan):
@@ -391,6 +409,14 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
             elsewhere = unsure - ledger.guessed[i]
             if elsewhere and cores + elsewhere > (unlent or free)[i]:
                 return _refuse(node, reasons.SharedUnseen(i, elsewhere), True, fp)
+    paired = ledger.free_paired()
+    if paired is not None:
+        other = nri.place(policy, empty.step, paired, ledger.instances,
+                          ledger.unlent_paired(paired) if unlent is not None else None)
+        if not isinstance(other, nri.Plan) or other.per_numa != placed.per_numa:
+            instead = tuple(n for n, _ in other.per_numa) if isinstance(other, nri.Plan) and \
+                len(other.per_numa) == span else ()
+            return _refuse(node, reasons.PackagesUnseen(tuple(n for n, _ in placed.per_numa), instead), True, fp)
     if ledger.leaving:
         # Terminating pods' cores stay held, but the plugin may already have freed them and dropped their balloons,
         # which changes the counts balance-balloons reads and the NUMA node the plugin picks: both must agree.
@@ -482,6 +508,46 @@ def rank_local(demand: ModelDemand, result: Fit) -> bool:
     return result.admitted is None or len(result.per_numa) == demand.numa_nodes
 
 
+def _init_never_fits(demand: ModelDemand, ledger: NodeLedger) -> reasons.Reason | None:
+    """The pod's init containers need more of the shared balloon they run in than a node of this shape and policy
+    can give it: the plugin fails them however few pods run beside."""
+    if not demand.init_milli:
+        return None
+    cores = ledger.shared_cores(demand.namespace, demand.init_milli)
+    if cores <= ledger.capacity_total:
+        return None
+    return reasons.InitExceedsNode(demand.init_milli, ledger.shared_type(demand.namespace), cores,
+                                   ledger.capacity_total)
+
+
+def _init_no_room(demand: ModelDemand, ledger: NodeLedger, free: tuple[int, ...]) -> reasons.Reason | None:
+    """The shared balloon the pod's init containers run in cannot grow for them now. They run before any other
+    container of the pod, so what is free now is what they have."""
+    if not demand.init_milli:
+        return None
+    grows = ledger.shared_growth(demand.namespace, demand.init_milli)
+    if grows <= sum(free):
+        return None
+    return reasons.InitNoRoom(demand.init_milli, ledger.shared_type(demand.namespace), grows, sum(free))
+
+
+def _fit_shared_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...],
+                        strategy: str) -> Fit:
+    """A pod without cores of its own on a node the balloons plugin runs: it serves every container of the pod
+    from the shared balloon their namespace routes them to (`default` unless a type claims the namespace), which
+    must grow for them, first for its init containers, then for the rest, into free cores only."""
+    why = _init_never_fits(demand, ledger)
+    if why is not None:
+        return _refuse(node, why, False, fp)
+    why = _init_no_room(demand, ledger, free)
+    if why is not None:
+        return _refuse(node, why, True, fp)
+    if ledger.shared_growth(demand.namespace, demand.unpinned_milli + demand.shared_milli, containers=True) \
+            > sum(free):
+        return _refuse(node, reasons.PoolTaken(fp), True, fp)
+    return Fit(node, None, True, (), _score(ledger, list(free), strategy), fp)
+
+
 def _fit_shared(ledger: NodeLedger, node: str, fp: Footprint, free: tuple[int, ...], strategy: str) -> Fit:
     headroom = sum(free) * ledger.threads_per_core + max(0, ledger.shared_pool_cpus - ledger.shared_milli // 1000)
     if fp.cpus > headroom:
@@ -522,9 +588,9 @@ def unknown_holding(uid: str, demand: ModelDemand, fp: Footprint, numa_count: in
 
 
 def place(ledger: NodeLedger, uid: str, demand: ModelDemand, threads_per_core: int, strategy: str,
-          assumed_at: float | None = None, balloon: str = "") -> Fit:
+          assumed_at: float | None = None) -> Fit:
     """`fit`, then hold the cores if it fits. Exclusive demands only hold cores; best-effort ones
-    join the shared pool (`balloon`: the type they are routed to under NRI)."""
+    join the shared pool (under NRI the balloon their namespace routes them to)."""
     result = fit(demand, ledger, threads_per_core, strategy)
     if not result.ok:
         return result
@@ -533,7 +599,7 @@ def place(ledger: NodeLedger, uid: str, demand: ModelDemand, threads_per_core: i
             if result.footprint is not None and result.footprint.exclusive else None
         ledger.kubelet_put(kub.rekey(result.admitted.state, demand.kpod.uid if demand.kpod else "", uid), held)
     elif result.footprint is not None and not result.footprint.exclusive:
-        ledger.set_shared(uid, demand.cpu_milli, balloon)
+        ledger.set_shared(uid, demand.unpinned_milli + demand.shared_milli, ledger.shared_type(demand.namespace))
     else:
         ledger.hold(holding_for(uid, demand, result, ledger.topology.numa_count, assumed_at))
     return result

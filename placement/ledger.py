@@ -45,6 +45,10 @@ class Holding:
     # Its pod is terminating: its cores stay held until it is gone, but the kubelet may already have removed its
     # containers, and the plugin its balloons (`NodeLedger.without_leaving`).
     leaving: bool = False
+    # Unknown placement: what it could take on each NUMA node before it was charged, and its cores in all; a copy
+    # of the ledger without some other pods charges it again from these (`NodeLedger.scratch`).
+    asked: tuple[tuple[int, int], ...] = ()
+    asked_cores: int = 0
 
     @property
     def cores(self) -> int:
@@ -193,6 +197,17 @@ class NodeLedger:
     # Under the balloons plugin, per shared balloon type: cores per NUMA node it has grown into, applied resize by
     # resize as the plugin does (`placement.inflation`): where it grew depends on what was free then.
     _grown: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
+    # Where they have grown if this node's NUMA nodes sit on two packages, half each (issue 39: the plugin compares
+    # packages first, and no label nor NodeResourceTopology says which NUMA nodes share one): kept beside `_grown`
+    # on a node of four NUMA nodes or more, an even number, whose shared balloons grow resize by resize, and no
+    # export says where they are. `fit` admits a balloon only where both put it (`free_paired`).
+    _paired: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
+    _packages: tuple[int, ...] = field(init=False, default=())  # that layout: each NUMA node's package; () none
+    # Where they follow the plugin resize by resize, the pods whose init containers grew a shared balloon and shrank
+    # it back (`init_cycle`, once per pod), each with the cores per NUMA node they hold beyond that while they run;
+    # and the pods whose init containers run now, whose cores are those.
+    _cycled: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
+    _initializing: set[str] = field(init=False, default_factory=set)
     _instances: dict[str, int] = field(init=False, default_factory=dict)
     _instance_key: tuple[tuple[str, int], ...] | None = field(init=False, default=None)
     _balloons: dict[str, int] = field(init=False, default_factory=dict)  # holdings per balloon type
@@ -217,6 +232,10 @@ class NodeLedger:
     guessed: tuple[int, ...] = field(init=False, default=())
     _lent_held: tuple[int, ...] = field(init=False, default=())  # lent cores the grown-at-once reserved balloon took
     _lent: tuple[int, ...] = field(init=False)
+    # Reserved as a CPU count, the reserved balloon starts on the first cores (where `reserved` has them) but its
+    # minimum stays wherever it last shrank to (the oracle saw it move to NUMA node 1 after growing there): per NUMA
+    # node, its cores, counted among the guessed ones; () for a reserved cpuset, which does not move.
+    _floating: tuple[int, ...] = field(init=False, default=())
     _kept_cpus: int = field(init=False)
     unsettled: int = field(init=False, default=0)  # holdings of unknown placement: no NUMA choice can be foreseen
     leaving: int = field(init=False, default=0)  # holdings of terminating pods
@@ -235,6 +254,11 @@ class NodeLedger:
         # Lent, the reserved cores are model capacity like any other, and the reserved balloon grows from nothing.
         self._lent = reserved_cores if self.lends_reserved else (0,) * len(reserved_cores)
         self._kept_cpus = 0 if self.lends_reserved else len(self.reserved)
+        if policy is not None and self.nri.running and policy.reserves_a_count and any(reserved_cores):
+            self._floating = reserved_cores
+        numa_count = self.topology.numa_count
+        if numa_count >= 4 and numa_count % 2 == 0 and self._resized_as_plugin:
+            self._packages = tuple(i * 2 // numa_count for i in range(numa_count))
         self.capacity = tuple(len(numa.cores) - r + lent
                               for numa, r, lent in zip(self.topology.numa_nodes, reserved_cores, self._lent))
         self.capacity_total = sum(self.capacity)
@@ -279,8 +303,10 @@ class NodeLedger:
         """Free model cores per NUMA node."""
         if self._free is None:
             self.guessed = self._lent_held = ()
-            self._free = self._spill_elastic(self._avail) if self.kstate is None or self.kubelet is None \
-                else kub.free_cores(self.kubelet, self.kstate)
+            self._free = self._less_init(self._spill_elastic(self._avail)) if self.kstate is None or \
+                self.kubelet is None else kub.free_cores(self.kubelet, self.kstate)
+            if self._floating and self.observed_shared is None:
+                self.guessed = tuple(g + f for g, f in zip(self.guessed or (0,) * len(self._floating), self._floating))
         return self._free
 
     def kubelet_put(self, state: kub.KState, holding: Holding | None = None) -> None:
@@ -297,6 +323,86 @@ class NodeLedger:
             self.kstate = kub.remove(self.kstate, uid)
             self._free = None
             self.stamps.take(self.name)
+
+    def free_paired(self) -> tuple[int, ...] | None:
+        """`free()` if the node's NUMA nodes sit on two packages (see `_paired`); None where no such doubt is kept."""
+        if not self._packages or self.observed_shared is not None:
+            return None
+        free = self._less_init(self._spill(self._avail, self._paired))
+        return free if free != self.free() else None
+
+    def _less_init(self, free: tuple[int, ...]) -> tuple[int, ...]:
+        """`free` less the cores of init containers that run now (see `_cycled`)."""
+        if not self._initializing:
+            return free
+        return _clamped([f - sum(self._cycled[uid][i] for uid in self._initializing) for i, f in enumerate(free)])
+
+    @property
+    def follows_resizes(self) -> bool:
+        """The shared balloons are grown and shrunk resize by resize, as the plugin does (placement/inflation.py)."""
+        return self._resized_as_plugin
+
+    def init_cycle(self, uid: str, namespace: str, milli: int) -> bool:
+        """Pod `uid`'s init containers, `milli` at most at once, ran in the shared balloon of `namespace`: the plugin
+        grew it for them and shrank it back before the pod's other containers started, which moves it to where cores
+        were free (resize by resize). Applied once per pod; False where the ledger does not follow resizes (there an
+        init container counts as a shared container while it runs)."""
+        if not self._resized_as_plugin:
+            return False
+        if uid in self._cycled:
+            return True
+        balloon = self.shared_type(namespace)
+        was = self._shared_by_type.get(balloon)
+        self._shared_by_type[balloon] = (was or 0) + milli
+        self._resize_shared(balloon)
+        peak = self._grown_cores()
+        if was is None:
+            del self._shared_by_type[balloon]
+        else:
+            self._shared_by_type[balloon] = was
+        self._resize_shared(balloon)
+        self._cycled[uid] = tuple(max(0, p - a) for p, a in zip(peak, self._grown_cores()))
+        self._free = self._free_memory = None
+        self.stamps.take(self.name)
+        return True
+
+    def _grown_cores(self) -> tuple[int, ...]:
+        return tuple(sum(g[i] for g in self._grown.values()) for i in range(len(self.capacity)))
+
+    def set_initializing(self, uid: str, running: bool) -> None:
+        """Whether pod `uid`'s init containers run now (their cores, `_cycled`, are then not free)."""
+        if running == (uid in self._initializing) or uid not in self._cycled:
+            return
+        if running:
+            self._initializing.add(uid)
+        else:
+            self._initializing.discard(uid)
+        self._free = None
+        self.stamps.take(self.name)
+
+    def forget_init(self, uid: str) -> None:
+        """Pod `uid` is gone."""
+        self.set_initializing(uid, False)
+        self._cycled.pop(uid, None)
+
+    def after_init(self, namespace: str, milli: int) -> NodeLedger:
+        """A copy of this node as a new pod's init containers, `milli` at most at once in the shared balloon of
+        `namespace`, leave it: where its other containers then land."""
+        copy = self.scratch()
+        copy.init_cycle("", namespace, milli)
+        return copy
+
+    def layout_key(self) -> tuple[Any, ...]:
+        """Where the shared balloons sit and what they hold, for keys of what `after_init` reads."""
+        return (tuple(sorted(self._grown.items())), tuple(sorted(self._paired.items())),
+                tuple(sorted(self._shared_by_type.items())))
+
+    def unlent_paired(self, free: Sequence[int]) -> tuple[int, ...]:
+        """`unlent_free` on the two-package layout, whose free cores are `free` (`free_paired`)."""
+        return tuple(self._unlent(free, self._paired.get(RESERVED_TYPE) or ()))
+
+    def _spill(self, avail: Sequence[int], grown: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
+        return _clamped([a - sum(g[i] for g in grown.values()) for i, a in enumerate(avail)])
 
     def unlent_free(self) -> tuple[int, ...]:
         """Free model cores per NUMA node that are not reserved cores the policy lends: every other balloon takes
@@ -341,7 +447,7 @@ class NodeLedger:
         if self.observed_shared is not None:
             return _clamped([a - o for a, o in zip(avail, self.observed_shared)])
         if self._grown:
-            return _clamped([a - sum(g[i] for g in self._grown.values()) for i, a in enumerate(avail)])
+            return self._spill(avail, self._grown)
         if not self._shared_by_type or self._resized_as_plugin:
             return tuple(avail)  # nothing shared grows into model cores
         policy = self.nri.policy
@@ -389,40 +495,60 @@ class NodeLedger:
         """Shared balloons are grown and shrunk resize by resize (placement/inflation.py)."""
         return self.nri.policy is not None and self.nri.running and self.nri.policy.numa_preferring
 
-    def shared_growth(self, namespace: str, milli: int) -> int:
-        """Cores the balloon a pod's unannotated containers land in (by `namespace`) grows by when they add
-        `milli`: what a model pod's sidecars take beside its ranks."""
+    def shared_type(self, namespace: str) -> str:
+        """The balloon type a pod's unannotated containers land in on this node ("" where NRI does not run)."""
         policy = self.nri.policy
-        if not milli or policy is None or not self.nri.running:
+        return policy.route(namespace).name if policy is not None and self.nri.running else ""
+
+    def shared_growth(self, namespace: str, milli: int, containers: bool = False) -> int:
+        """Cores the balloon a pod's unannotated containers land in (by `namespace`) grows by when they add
+        `milli`: what a model pod's sidecars take beside its ranks. `containers`: there are some even at 0 milli,
+        and an empty balloon grows to a CPU for them."""
+        policy = self.nri.policy
+        if not (milli or containers) or policy is None or not self.nri.running:
             return 0
         btype = policy.route(namespace)
         now = self._shared_by_type.get(btype.name)
+        return max(0, self._shared_cores(btype, (now or 0) + milli)
+                   - (self._shared_cores(btype, now) if now is not None else 0))
 
-        def cores(total: int) -> int:
-            return math.ceil(shared_balloon_cpus(btype, total, self._kept_cpus) / self.threads_per_core)
+    def shared_cores(self, namespace: str, milli: int) -> int:
+        """Cores the balloon of `namespace`'s unannotated containers takes beyond the reserved cpuset when they
+        request `milli` alone: what it needs of a node emptied of model pods."""
+        policy = self.nri.policy
+        if policy is None or not self.nri.running:
+            return 0
+        return self._shared_cores(policy.route(namespace), milli)
 
-        return max(0, cores((now or 0) + milli) - (cores(now) if now is not None else 0))
+    def _shared_cores(self, btype: BalloonType, milli: int) -> int:
+        return math.ceil(shared_balloon_cpus(btype, milli, self._kept_cpus) / self.threads_per_core)
 
     def _resize_shared(self, balloon: str) -> None:
         """Grow or shrink shared balloon type `balloon` to what its containers request now, where the plugin
-        would: from what is free at this moment."""
+        would: from what is free at this moment (and so on the two-package layout, where one is kept)."""
         policy = self.nri.policy
         if policy is None or not self._resized_as_plugin:
             return
+        self._free = None
+        if self._packages:
+            self._resize_in(self._paired, self._spill(self._avail, self._paired), balloon, policy, self._packages)
+        self._resize_in(self._grown, self.free(), balloon, policy, ())
+        self._free = None
+
+    def _resize_in(self, grown_by_type: dict[str, tuple[int, ...]], free: tuple[int, ...], balloon: str,
+                   policy: BalloonsPolicy, packages: tuple[int, ...]) -> None:
         btype = policy.route_type(balloon)
         milli = self._shared_by_type.get(balloon)
         want = 0 if milli is None else \
             math.ceil(shared_balloon_cpus(btype, milli, self._kept_cpus) / self.threads_per_core)
-        grown = self._grown.get(balloon, (0,) * len(self.capacity))
+        grown = grown_by_type.get(balloon, (0,) * len(self.capacity))
         reserved = btype.name == RESERVED_TYPE
         base = tuple(len(n.cores) - c for n, c in zip(self.topology.numa_nodes, self.capacity)) \
             if reserved and not self.lends_reserved else ()
         delta = want - sum(grown)
-        self._free = None
         if delta > 0:
             far = tuple(dict.fromkeys(t.close_numa for t in policy.balloon_types
                                       if t.close_numa is not None and t.close_numa != btype.close_numa))
-            free = self.free()
             if reserved and self.lends_reserved:
                 # It prefers the reserved cpuset, which every other balloon takes last: first the reserved cores
                 # still free, by the same rules, then the rest.
@@ -430,14 +556,15 @@ class NodeLedger:
                 first = min(delta, sum(idle))
                 if first:
                     before = grown
-                    grown = inflation.grow(grown, idle, first, far=far, balancing=policy.topology_balancing)
+                    grown = inflation.grow(grown, idle, first, far=far, balancing=policy.topology_balancing,
+                                           packages=packages)
                     free = tuple(f - (g - b) for f, g, b in zip(free, grown, before))
                     delta -= first
             elif self.lends_reserved:
-                free = tuple(self._lent_last(free, self._grown.get(RESERVED_TYPE) or (), delta))
+                free = tuple(self._lent_last(free, grown_by_type.get(RESERVED_TYPE) or (), delta))
             if delta:
                 grown = inflation.grow(grown, free, delta, close=btype.close_numa, far=far, base=base,
-                                       balancing=policy.topology_balancing)
+                                       balancing=policy.topology_balancing, packages=packages)
             short = want - sum(grown)
             if short > 0:
                 # No whole core is free, yet the plugin, which counts threads, still finds one: hold it where the
@@ -445,11 +572,11 @@ class NodeLedger:
                 most = max(range(len(grown)), key=lambda i: (grown[i], -i))
                 grown = tuple(g + short if i == most else g for i, g in enumerate(grown))
         elif delta < 0:
-            grown = inflation.shrink(grown, self.free(), -delta, base=base)
+            grown = inflation.shrink(grown, free, -delta, base=base, packages=packages)
         if any(grown):
-            self._grown[balloon] = grown
+            grown_by_type[balloon] = grown
         else:
-            self._grown.pop(balloon, None)
+            grown_by_type.pop(balloon, None)
 
     # -- changes -----------------------------------------------------------------------------------
 
@@ -477,7 +604,7 @@ class NodeLedger:
         charged = tuple((n, min(c, max(free[n], 0))) for n, c in holding.per_numa)
         taken = sum(c for _, c in charged)
         self._add(replace(holding, per_numa=tuple(p for p in charged if p[1]), unknown=True,
-                          shortfall=max(0, cores - taken)))
+                          shortfall=max(0, cores - taken), asked=holding.per_numa, asked_cores=cores))
 
     def _add(self, holding: Holding) -> None:
         self.unsettled += holding.unknown
@@ -521,6 +648,7 @@ class NodeLedger:
 
     def release(self, uid: str) -> Holding | None:
         self._kubelet_remove(uid)
+        self.set_initializing(uid, False)
         holding = self.holdings.pop(uid, None)
         if holding is None:
             return None
@@ -564,6 +692,7 @@ class NodeLedger:
 
     def drop_shared(self, uid: str) -> None:
         self._kubelet_remove(uid)
+        self.set_initializing(uid, False)
         was = self._unshare(uid)
         if was is not None:
             self._resize_shared(was)
@@ -623,22 +752,29 @@ class NodeLedger:
                           observed_shared=self.observed_shared,
                           observed_idle_lent=self.observed_idle_lent, numa_memory=self.numa_memory,
                           kubelet=self.kubelet)
-        gone: list[str] = []
-        for holding in self.holdings.values():
-            if (without is None or holding.identity != without) and holding.uid not in evicted:
+        kept = [h for h in self.holdings.values()
+                if (without is None or h.identity != without) and h.uid not in evicted]
+        for holding in kept:
+            if not holding.unknown:
                 copy._add(holding)
-            else:
-                gone.append(holding.uid)
+        # A pod of unknown placement was charged on what the others left free: without some of them, on more.
+        for holding in kept:
+            if holding.unknown:
+                copy.hold_unknown(replace(holding, per_numa=holding.asked), holding.asked_cores)
         if self.kstate is not None:
             state = self.kstate
-            for uid in gone:
-                state = kub.remove(state, uid)
+            kept_uids = {h.uid for h in kept}
+            for uid in self.holdings:
+                if uid not in kept_uids:
+                    state = kub.remove(state, uid)
             copy.kstate = state
         # The shared balloons as they are: re-adding their pods would resize them from what is free in the copy.
         copy.shared, copy._shared_total = dict(self.shared), self._shared_total
         copy._shared_by_type, copy._shared_count = dict(self._shared_by_type), dict(self._shared_count)
         copy._shared_memory, copy._shared_memory_total = dict(self._shared_memory), self._shared_memory_total
         copy._grown = dict(self._grown)
+        copy._paired = dict(self._paired)
+        copy._cycled, copy._initializing = dict(self._cycled), set(self._initializing)
         return copy
 
     # -- views -------------------------------------------------------------------------------------

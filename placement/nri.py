@@ -29,10 +29,6 @@ from typing import Final, NamedTuple
 from placement import reasons
 from placement.balloonspolicy import COMPONENT_BALANCE, BalloonsPolicy, BalloonType
 
-# The plugin reads a container's CPU request back from its cpu.shares (pkg/resmgr/cache), and the kubelet's
-# MilliCPUToShares stops at 262,144 shares: 256 CPUs. The oracle showed a 288-CPU request given a 256-CPU balloon.
-MAX_REQUEST_MILLI = 262_144 * 1000 // 1024
-
 
 class Plan(NamedTuple):
     per_numa: tuple[tuple[int, int], ...]  # (NUMA node id, whole cores), by NUMA id

@@ -43,6 +43,7 @@ NOT_KUBELET_NODE = "not-kubelet-static-node"
 NOT_PINNED = "kubelet-pins-nothing"
 UNKNOWN_NODE = "unknown-node"
 ALREADY_BOUND = "already-bound"
+INIT_EXCEEDS_NODE = "init-exceeds-node"
 
 # Model pods with no recorded placement (bound by another scheduler, or before the install) and no container zone
 # in the plugin's NodeResourceTopology: held on every NUMA node they could be on.
@@ -340,9 +341,25 @@ class SharedUnseen(NamedTuple):
     def text(self) -> str:
         return (f"NUMA node {self.numa} has room for it only if the {self.cores} core{_s(self.cores)} the shared "
                 f"balloons took elsewhere {'are' if self.cores != 1 else 'is'} not there, and where they grew is not "
-                "known (no type of the "
-                "BalloonsPolicy prefers a NUMA node, and no NodeResourceTopology export was read); use the "
-                "generated policy, or let the extender read the plugin's NodeResourceTopology")
+                "known (no NodeResourceTopology export was read, and no type of the BalloonsPolicy prefers a NUMA "
+                "node, or the reserved balloon is a CPU count); let the extender read the plugin's "
+                "NodeResourceTopology, or use the generated policy")
+
+
+class PackagesUnseen(NamedTuple):
+    """Where the shared balloons grew and shrank depends on which NUMA nodes share a package, which nothing says."""
+
+    numa: tuple[int, ...]  # where the plugin puts it if each NUMA node is a package of its own, or all one
+    paired: tuple[int, ...]  # where it puts it if they sit on two packages; () when it could not be NUMA-local
+
+    check: str = SHARED_UNSEEN
+
+    def text(self) -> str:
+        where = _numa_nodes(self.paired) if self.paired else "no NUMA node per rank"
+        return (f"the balloons plugin would put it on {_numa_nodes(self.numa)} if this node's NUMA nodes sit on one "
+                f"package, or one package each, and on {where} if they sit on two: the shared balloons grew and "
+                "shrank where the packages decide, and nothing says which NUMA nodes share one; let the extender "
+                "read the plugin's NodeResourceTopology")
 
 
 class SidecarsNoRoom(NamedTuple):
@@ -355,6 +372,38 @@ class SidecarsNoRoom(NamedTuple):
     def text(self) -> str:
         return (f"its other containers (cpu: {format_cpu(self.shared_milli)} together) grow the shared balloon they "
                 f"land in by {self.grows} core{_s(self.grows)}, and beside its ranks {self.free} would be free")
+
+
+class InitNoRoom(NamedTuple):
+    """The balloons plugin runs regular init containers in the shared balloon their namespace routes them to,
+    before the pod's other containers; it fails one that balloon cannot grow for, and the pod never starts."""
+
+    init_milli: int  # the most they request at once
+    balloon_type: str  # the shared balloon they run in
+    grows: int  # cores it grows by for them
+    free: int  # cores free now
+
+    check: str = INSUFFICIENT_FREE
+
+    def text(self) -> str:
+        return (f"its init containers (cpu: {format_cpu(self.init_milli)} at once) grow balloon "
+                f"{self.balloon_type}, where they run before the pod's other containers start, by {self.grows} "
+                f"core{_s(self.grows)}, and {self.free} {'is' if self.free == 1 else 'are'} free")
+
+
+class InitExceedsNode(NamedTuple):
+    init_milli: int  # the most its init containers request at once
+    balloon_type: str  # the shared balloon they run in
+    cores: int  # cores that balloon would hold for them
+    most: int  # model cores of the node, the most that balloon could ever grow into
+
+    check: str = INIT_EXCEEDS_NODE
+
+    def text(self) -> str:
+        return (f"its init containers (cpu: {format_cpu(self.init_milli)} at once) run in balloon "
+                f"{self.balloon_type}, which would need {self.cores} cores for them, and it can never grow into "
+                f"more than the {self.most} cores this node has outside its reserved CPUs; lower the init "
+                "containers' CPU requests")
 
 
 class NoFreeMemory(NamedTuple):
@@ -414,7 +463,8 @@ class AlreadyBound(NamedTuple):
 Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
           | MemoryExceedsNuma | TypeSpansFewer | MaxBalloons | SharesBalloon | RanksCrowded
-          | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | SidecarsNoRoom | NoFreeMemory
+          | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | PackagesUnseen | SidecarsNoRoom | InitNoRoom
+          | InitExceedsNode | NoFreeMemory
           | PoolTaken | Unsettled | UnknownNode | AlreadyBound | NotKubeletNode | NotPinned | KubeletRejects)
 
 

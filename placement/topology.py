@@ -295,5 +295,8 @@ def reserved_from_spec(topology: Topology, spec: str) -> CPUSet:
         return CPUSet.parse(text[len("cpuset:"):]) & topology.cpus
     if text.startswith("exclude-cpuset:"):
         return topology.cpus - CPUSet.parse(text[len("exclude-cpuset:"):])
-    # The plugin rounds a quantity up to whole CPUs.
-    return spread_reserved(topology, math.ceil(cpu_milli(text) / 1000))
+    # The plugin rounds a quantity up to whole CPUs and allocates them as any balloon on an idle node: whole cores
+    # from the lowest ids, both threads of one before the next (the oracle: "2" on SMT is CPU 0 and its sibling).
+    count = math.ceil(cpu_milli(text) / 1000)
+    threads = [t for numa in topology.numa_nodes for core in numa.cores for t in core.threads]
+    return CPUSet.of(threads[:count])

@@ -4,8 +4,11 @@ NUMA nodes it then gets, never one a PodDisruptionBudget protects.
 kube-scheduler's own preemption dry-runs the in-tree filters only, so it counts CPUs node-wide: it may
 evict pods whose cores are on the wrong NUMA node, or (where only our filter refused) find no victim at
 all. `choose` answers with the ledger: a set of victims is good when, their holdings released, `fit`
-says yes and every core they held is on a NUMA node the pod is then given. Among the good sets of the
-smallest size it prefers no PDB violation, then the lowest priorities, then the fewest cores taken.
+says yes and every core they held is on a NUMA node the pod is then given. A pod whose placement is unknown
+(running since before the install, bound by another scheduler) may be a victim too: which NUMA nodes it frees
+cannot be known, but the ledger charges those that stay wherever they could be, so `fit` says yes only where the
+pod fits whichever that is (issue 39: two such pods on a node, and evicting both was the way). Among the good sets
+of the smallest size it prefers no PDB violation, then the lowest priorities, then the fewest cores taken.
 """
 
 from __future__ import annotations
@@ -78,7 +81,10 @@ def violations(victims: Iterable[Candidate], allowed: Mapping[str, int]) -> tupl
 
 def _good(cluster: ClusterState, demand: ModelDemand, ledger: NodeLedger, victims: Sequence[Candidate]) -> Fit | None:
     uids = {victim.uid for victim in victims}
-    touched = {n for uid in uids if (holding := ledger.holdings.get(uid)) is not None for n, _ in holding.per_numa}
+    # A pod of unknown placement frees cores no one can name: its eviction is worth it when the pod then fits
+    # wherever the pods of unknown placement that stay may be (the ledger charges them so).
+    touched = {n for uid in uids if (holding := ledger.holdings.get(uid)) is not None and not holding.unknown
+               for n, _ in holding.per_numa}
     result = cluster.fit(demand, ledger.scratch(evicted=uids))
     if not result.ok or not touched <= {n for n, _ in result.per_numa}:
         return None
@@ -89,8 +95,7 @@ def choose(cluster: ClusterState, demand: ModelDemand, ledger: NodeLedger, candi
            allowed: Mapping[str, int], max_checks: int = MAX_CHECKS) -> Outcome:
     """The fewest of `candidates` (only those holding cores on `ledger` count) whose eviction lets `demand`
     fit there, all on the NUMA nodes it then gets; `allowed` is each PDB's disruptions allowed now."""
-    # A pod of unknown placement is no victim: which NUMA nodes its eviction frees cannot be known.
-    holders = [c for c in candidates if (held := ledger.holdings.get(c.uid)) is not None and not held.unknown]
+    holders = [c for c in candidates if c.uid in ledger.holdings]
     # Lowest priority first, then the most cores freed: the first good set of a size is usually the best.
     holders.sort(key=lambda c: (c.priority, -ledger.holdings[c.uid].cores, c.pod))
     checks = 0

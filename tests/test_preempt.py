@@ -107,6 +107,33 @@ async def test_where_the_schedulers_victims_free_the_wrong_numa_nodes_the_right_
     assert chosen(await connected.ok("/preempt", meta_args(preemptor(priority=5), wrong))) == {}
 
 
+def unplaced(name: str, cores: int, second: int) -> Obj:
+    """A model pod that ran before model-placement was installed: no placement recorded on it."""
+    pod = running(name, cores, 0, second)
+    del pod["metadata"]["annotations"][PLACEMENT]
+    return pod
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+async def test_among_pods_of_unknown_placement_the_victims_are_those_that_make_room_wherever_they_are(
+        make_ext: MakeExt, fake: FakeApiServer, api: client.ApiClient, recorded: bool) -> None:
+    """Issue 39, case 3: right after an install into a running cluster no running pod has a recorded placement. Two
+    pods of 24 cores run on cpu-a1 (29 model cores per NUMA node); a pod of 24 cores needs one NUMA node to itself.
+    Node-wide one victim is enough, and kube-scheduler sends one; which NUMA node it frees is unknown, so both go,
+    which empties the node. With their placements recorded (one on each NUMA node), one goes."""
+    pods = [running(n, 24, 0, i) if recorded else unplaced(n, 24, i) for i, n in enumerate(("old-a", "old-b"), 1)]
+    objects = load_objects(demo_text()) + pods
+    for obj in objects:
+        fake.add(obj["kind"], obj)
+    ext = await make_ext(objects, api_client=api)
+    ledger = ext.cluster.ledger("cpu-a1")
+    assert ledger is not None and ledger.unsettled == (0 if recorded else 2)
+    pod = preemptor()
+    pod["metadata"]["uid"] = "uid-urgent"
+    answer = chosen(await ext.ok("/preempt", meta_args(pod, {"cpu-a1": ["old-b"]})))
+    assert answer == ({"cpu-a1": ["old-b"]} if recorded else {"cpu-a1": ["old-a", "old-b"]})
+
+
 async def test_the_whole_pods_form_is_answered_with_uids(ext: Ext) -> None:
     pods = {name: running(name, c, p, i) for i, (name, c, p) in enumerate(RUNNING, 1)}
     whole = {"cpu-a1": {"Pods": [pods[n] for n in ("low-a", "low-c")], "NumPDBViolations": 0}}

@@ -72,11 +72,23 @@ CASES: list[tuple[r.Reason, str, str]] = [
      "reserved type to the size of reservedResources"),
     (r.SharedUnseen(0, 3), r.SHARED_UNSEEN,
      "NUMA node 0 has room for it only if the 3 cores the shared balloons took elsewhere are not there, and where "
-     "they grew is not known (no type of the BalloonsPolicy prefers a NUMA node, and no NodeResourceTopology export "
-     "was read); use the generated policy, or let the extender read the plugin's NodeResourceTopology"),
+     "they grew is not known (no NodeResourceTopology export was read, and no type of the BalloonsPolicy prefers a "
+     "NUMA node, or the reserved balloon is a CPU count); let the extender read the plugin's NodeResourceTopology, or "
+     "use the generated policy"),
+    (r.PackagesUnseen((0,), (1,)), r.SHARED_UNSEEN,
+     "the balloons plugin would put it on NUMA node 0 if this node's NUMA nodes sit on one package, or one package "
+     "each, and on NUMA node 1 if they sit on two: the shared balloons grew and shrank where the packages decide, and "
+     "nothing says which NUMA nodes share one; let the extender read the plugin's NodeResourceTopology"),
     (r.SidecarsNoRoom(1500, 2, 1), r.INSUFFICIENT_FREE,
      "its other containers (cpu: 1500m together) grow the shared balloon they land in by 2 cores, and beside its "
      "ranks 1 would be free"),
+    (r.InitNoRoom(64000, "default", 64, 40), r.INSUFFICIENT_FREE,
+     "its init containers (cpu: 64 at once) grow balloon default, where they run before the pod's other containers "
+     "start, by 64 cores, and 40 are free"),
+    (r.InitExceedsNode(64000, "default", 64, 62), r.INIT_EXCEEDS_NODE,
+     "its init containers (cpu: 64 at once) run in balloon default, which would need 64 cores for them, and it can "
+     "never grow into more than the 62 cores this node has outside its reserved CPUs; lower the init containers' "
+     "CPU requests"),
     (r.NoFreeMemory(48 * 2**30, (0, 2)), r.INSUFFICIENT_FREE_MEMORY,
      "needs 48Gi free memory on each of its NUMA nodes (pinMemory); the plugin would put it on NUMA nodes 0, 2"),
     (r.NoFreeMemory(5 * 2**30, (1,)), r.INSUFFICIENT_FREE_MEMORY,

@@ -137,6 +137,17 @@ async def test_footprint_larger_than_any_empty_node_says_how_much_would_fit(wh: 
             "Request at most cpu: 30 for TP=1, or use tensor-parallel-size 2")
 
 
+async def test_init_containers_no_shared_balloon_could_hold_are_refused_with_the_fix(wh: Webhook) -> None:
+    """The balloons plugin runs init containers in the shared balloon before the model's; it fails one that balloon
+    cannot grow for, and the pod never starts (issue 39, tests/oracle/test_init_containers.py)."""
+    pod = kserve("big-init")
+    pod["request"]["object"]["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox", "resources": {
+        "requests": {"cpu": "240", "memory": "1Gi"}, "limits": {"cpu": "240", "memory": "1Gi"}}}]
+    refused(await admitted(wh, pod),
+            "its init containers (cpu: 240 at once) run in balloon reserved, which would need",
+            "lower the init containers' CPU requests")
+
+
 async def test_footprint_larger_than_what_is_free_now_shows_the_free_cores(wh: Webhook) -> None:
     by_hand = kserve("on-full", **{"model-manager.io/node": "cpu-full"})
     del by_hand["request"]["object"]["metadata"]["ownerReferences"]  # a person's pod: told at once

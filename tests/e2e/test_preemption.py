@@ -16,6 +16,11 @@ A pool of the ROOMY layout (10-core pods, two per NUMA node) leaves 9 cores free
 node-wide: kube-scheduler's filters pass, only ours refuses, and its dry run finds no victim; our extender then
 evicts the one pod that frees a NUMA node itself (the Eviction API).
 
+A pool of the UNPLACED layout (two 24-core pods per node, running since before the install: no placement recorded)
+has a 24-core pod fit nowhere: node-wide one victim is enough, and kube-scheduler sends one; which NUMA node it
+frees is unknown, so our /preempt names both pods of the node (issue 39, case 3: it named none, and the pod stayed
+Pending).
+
 With no kubelet a deleted pod stays terminating: the tests finish the victims' deletion as the kubelet would once
 their containers stopped.
 """
@@ -38,11 +43,13 @@ from tests.e2e.cluster import Cluster, node, wait_until
 from tests.e2e.fleet import MODEL_NS, POOL, model_pod
 
 LOW_NS = "batch"  # the low-priority pods: not opted in, running before the test
-Layout = tuple[tuple[str, int, int], ...]  # role, cores, the NUMA node the ledger puts it on
+Layout = tuple[tuple[str, int, int], ...]  # role, cores, the NUMA node the ledger puts it on (UNKNOWN: none recorded)
+UNKNOWN = -1
 # Created in this order (the ledger places them in it), started in the order of START.
 FULL: Layout = (("a", 10, 0), ("big", 20, 1), ("b", 10, 0), ("c", 9, 1), ("d", 9, 0))
 # 9 cores free on each NUMA node, 48 CPUs node-wide: only our extender refuses the 16-core pod.
 ROOMY: Layout = (("a", 10, 0), ("c", 10, 1), ("b", 10, 0), ("d", 10, 1))
+UNPLACED: Layout = (("a", 24, UNKNOWN), ("b", 24, UNKNOWN))
 START = ("big", "a", "b", "c", "d")
 POOLS = count(1)
 PRIORITY_CLASSES = """
@@ -72,21 +79,23 @@ def ledger(cluster: Cluster, node_name: str) -> dict[str, Any]:
 
 
 def holders(cluster: Cluster, nodes: list[str]) -> dict[str, tuple[str, int]]:
-    """pod name -> (node, NUMA node) as the extender's ledger holds it (every pod here is on one NUMA node)."""
+    """pod name -> (node, NUMA node) as the extender's ledger holds it (every pod here is on one NUMA node, or of
+    unknown placement: UNKNOWN)."""
     out = {}
     for name in nodes:
         for numa in ledger(cluster, name)["numa"]:
             for h in numa["held"]:
-                out[h["pod"].split("/")[-1]] = (name, numa["numa"])
+                out[h["pod"].split("/")[-1]] = (name, UNKNOWN if h.get("placement") == "unknown" else numa["numa"])
     return out
 
 
 def low_pod(pool: Pool, node_name: str, k: int, kind: str, cores: int, numa: int) -> dict[str, Any]:
-    # Bound by name here, but as our extender left them: with the placement its Binding records (a pod bound
-    # without one is of unknown placement, and never a victim).
-    placed = Placed(node_name, ((numa, cores),), ("vllm-balloon-tp1", f"vllm-numa-{numa}")).annotation()
+    # Bound by name here, but as our extender left them: with the placement its Binding records; or, UNKNOWN, as
+    # another scheduler (or ours before the install) did, without.
+    placed = {} if numa == UNKNOWN else {
+        PLACEMENT: Placed(node_name, ((numa, cores),), ("vllm-balloon-tp1", f"vllm-numa-{numa}")).annotation()}
     pod = model_pod(f"{node_name}-p{k}-{kind}", LOW_NS, tp=1, cpu=str(2 * cores), memory="8Gi",
-                    model=f"batch-{kind}", node_name=node_name, annotations={PLACEMENT: placed})
+                    model=f"batch-{kind}", node_name=node_name, annotations=placed)
     pod["metadata"]["labels"].update({"role": kind, "pool": pool.name})
     pod["spec"]["priorityClassName"] = "low"
     return pod
@@ -137,7 +146,7 @@ def pools(cluster: Cluster, priority_classes: None) -> Iterator[Callable[[Layout
                    lambda: len(holders(cluster, p.nodes)) == len(layout) * len(p.nodes), timeout=30)
         base = time.time() - 3600
         for pod in low_pods(cluster, p):
-            rank = START.index(pod["metadata"]["labels"]["role"])
+            rank = START.index(pod["metadata"]["labels"]["role"])  # UNPLACED's roles are FULL's
             mark_running(cluster, pod, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + 60 * rank)))
         p.before = holders(cluster, p.nodes)
         for node_name in p.nodes:  # the layout the expectations rest on
@@ -160,8 +169,8 @@ def pool(pools: Callable[[Layout], Pool]) -> Pool:
     return pools(FULL)
 
 
-def urgent(pool: Pool, name: str) -> dict[str, Any]:
-    pod = model_pod(name, MODEL_NS, tp=1, cpu="16", memory="32Gi", node_selector={POOL: pool.name})
+def urgent(pool: Pool, name: str, cores: int = 16) -> dict[str, Any]:
+    pod = model_pod(name, MODEL_NS, tp=1, cpu=str(cores), memory="32Gi", node_selector={POOL: pool.name})
     pod["metadata"]["labels"]["pool"] = pool.name
     pod["spec"]["priorityClassName"] = "high"
     return pod
@@ -203,10 +212,10 @@ def log_length(cluster: Cluster, which: str) -> int:
     return len(cluster.components[which].log.read_text(errors="replace").splitlines())
 
 
-def preempt_and_bind(cluster: Cluster, pool: Pool, name: str) -> Preempted:
+def preempt_and_bind(cluster: Cluster, pool: Pool, name: str, cores: int = 16) -> Preempted:
     since = {w: log_length(cluster, w) for w in ("extender", "kube-scheduler")}
     # It fits nowhere now: admission lets it through because it can preempt, and says so to kubectl.
-    applied = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(urgent(pool, name)))
+    applied = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(urgent(pool, name, cores)))
     assert "it can have the cores of lower-priority model pods" in applied.stderr, applied.stderr
 
     def victims() -> tuple[list[dict[str, Any]], str] | None:
@@ -350,3 +359,16 @@ def test_where_only_our_filter_refuses_our_extender_evicts_the_fewest_itself(
     assert [c["reason"] for c in done.record["victims"][0]["disruption"]] == ["EvictionByEvictionAPI"]
     assert [line["decision"] for line in done.record["extender_preempt_lines"] if line["msg"] == "preempted"] \
         == ["evicted"]
+
+
+def test_among_pods_of_unknown_placement_the_scheduler_evicts_the_two_our_preempt_names(
+        cluster: Cluster, pools: Callable[[Layout], Pool]) -> None:
+    pool = pools(UNPLACED)
+    done = preempt_and_bind(cluster, pool, f"urgent-{pool.name}", cores=24)
+    where = done.pod["spec"]["nodeName"]
+    names = {v["metadata"]["name"] for v in done.victims}
+    assert {role(n) for n in names} == {"a", "b"} and all(pool.before[n][0] == where for n in names), names
+    left = {p["metadata"]["name"] for p in low_pods(cluster, pool) if not p["metadata"].get("deletionTimestamp")}
+    assert left == {n for n in pool.before if n not in names}, left  # the other node untouched
+    assert len(numa_of(cluster, done.pod)) == 1
+    by_the_scheduler_through_our_preempt(done)

@@ -8,11 +8,12 @@ NUMA node 0 whole, the second goes to NUMA node 1. A ledger that spread the tota
 
 Random streams of such pods being created and deleted, with model pods among them, on three shapes: after every
 step the ledger's free cores per NUMA node are the plugin's, and a model pod the ledger admits lands where it said.
-Except on a node of several packages with several NUMA nodes each: shrinking, the plugin frees cores in the package
-where the balloon has fewest first (sorterRelease, level by level), and the ledger does not know which NUMA nodes
-share a package (neither node labels nor the NodeResourceTopology say so). There the total is right and where
-is the plugin's exported NodeResourceTopology's to tell (observed placement); the test counts how often it
-differs."""
+Except on a node of several packages with several NUMA nodes each: the plugin compares packages before NUMA nodes
+when it grows and shrinks a balloon (sorterAllocate, sorterRelease, level by level), and the ledger does not know
+which NUMA nodes share a package (neither node labels nor the NodeResourceTopology say so). There the total is right
+and where is the plugin's exported NodeResourceTopology's to tell (observed placement); the test counts how often
+the ledger's free cores differ. A model pod it admits still lands where it said: on such a node the ledger follows
+the shared balloons on two packages too, and admits a balloon only where both layouts put it (issue 39, case 0)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_random_churn_of_system_and_model_pods_keeps_the_ledger_on_the_plugins_n
                     if verdict.ok:
                         admitted += 1
                         misplaced += said != got
-                        assert said == got or (label not in EXACT and drift), (label, seed, step, said, got)
+                        assert said == got, (label, seed, step, said, got)
                     else:
                         refused += 1
                 else:
@@ -83,3 +84,31 @@ def test_random_churn_of_system_and_model_pods_keeps_the_ledger_on_the_plugins_n
     print(f"inflation ({label}): {steps} steps, {drift} with the ledger off the plugin's free cores; "
           f"{admitted} model pods admitted, {misplaced} of them not where the plugin put them, {refused} refused; "
           f"{unplaced} system pods the plugin had no room for")
+
+
+@pytest.mark.parametrize("seed", [3, 10, 14])
+def test_the_issues_node_small_system_pods_come_and_go_and_every_admitted_model_lands_where_said(seed: int) -> None:
+    """Issue 39, case 0: 2 packages of two 16-core NUMA nodes, SMT off, the generated policy; system pods of 1-4
+    CPUs (kube-system, logging, monitoring; Guaranteed and Burstable) grow and shrink the reserved balloon, and TP=1
+    pods of 2 CPUs come now and then. These seeds once made the ledger foresee a model on a NUMA node the plugin
+    did not use: the reserved balloon had shrunk in the package where it had fewest cores."""
+    shape = NodeShape(packages=2, numa_per_package=2, cores_per_numa=16, threads_per_core=1)
+    group = Group(seed=2, shape=shape, policy="generated")
+    rng = random.Random(seed)
+    admitted = 0
+    with BalloonsPeer(shape, policy_spec(group)) as plugin:
+        node = Node(plugin, group)
+        for step in range(75):
+            if node.pods and rng.random() < 0.3:
+                gone = rng.choice(sorted(n for n in node.pods if n.startswith("s")) or [""])
+                if gone:
+                    node.delete(gone)
+            cpu = rng.randint(1, 4)
+            namespace = rng.choice(("kube-system", "logging", "monitoring"))
+            node.add_system(f"s{step}", namespace, cpu, burstable=rng.random() < 0.5)
+            if rng.random() < 0.2:
+                verdict, got = node.add_model(f"m{step}", 1, 2)
+                if verdict.ok:
+                    admitted += 1
+                    assert dict(verdict.per_numa) == got, (step, verdict, got, node.free())
+    assert admitted

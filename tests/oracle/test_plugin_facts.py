@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from placement.topology import linux_layout, reserved_from_spec
 from tests.oracle.peer import BALLOON_KEY, Balloon, BalloonsPeer, Container, PeerError, Pod, PolicyRefused
 from tests.oracle.sysfs import NodeShape
 
@@ -263,3 +264,14 @@ def test_the_peer_answers_a_bad_request_with_one_sentence() -> None:
                                                    'balloons, reconfigure)'}
         assert node.create(Pod("p", "models", qos="BestEffort"), Container("c")).ok  # and it goes on serving
     assert odd.error == "pod models/p: qos must be Guaranteed, Burstable or BestEffort, not \"Platinum\""
+
+
+@pytest.mark.parametrize("quantity", ["1", "3"])
+def test_a_reserved_cpu_quantity_is_whole_cores_from_the_lowest_ids_as_the_ledger_reads_it(quantity: str) -> None:
+    """`reservedResources: {cpu: N}` is allocated like any balloon on an idle node: the first cores of NUMA node 0,
+    both threads of one before the next; the ledger had spread them over the NUMA nodes (issue 39's hand-written
+    policy: a TP=1 balloon foreseen on NUMA node 0 went to NUMA node 1)."""
+    with BalloonsPeer(TWO_SOCKETS, policy(reservedResources={"cpu": quantity})) as node:
+        [reserved] = [b for b in node.balloons() if b.type == "reserved"]
+    topo = linux_layout([TWO_SOCKETS.cores_per_numa] * TWO_SOCKETS.numa_nodes, TWO_SOCKETS.threads_per_core, "labels")
+    assert reserved.cpus == reserved_from_spec(topo, quantity).cpus, sorted(reserved.cpus)
