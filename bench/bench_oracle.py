@@ -5,7 +5,7 @@ each, played on the ledger and on the real plugin), as many as asked, and the ta
     python bench/bench_oracle.py [--scenarios 5000]
     python bench/bench_oracle.py --kubelet [--scenarios 5000]
 
-With --kubelet, the kubelet-static scenarios of tests/oracle/test_kubelet_static.py instead (random machines, kubelet
+With --kubelet, the kubelet-static scenarios of tests/oracle/test_kubelet_streams.py instead (random machines, kubelet
 settings and pod streams on the ledger and on the real kubelet's CPU, Topology and Memory Managers), and their
 table: admit/ok, admit/rejected by the kubelet's Reason, refuse/ok (the kubelet rejects it too), refuse/needless
 (the kubelet admits it), drift (a container on other NUMA nodes than predicted), exact (every cpuset as predicted).
