@@ -384,6 +384,9 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
             for numa, cores in per_numa:
                 extra[numa] += cores
         ledger.observe_shared(tuple(extra))
+    # Free cores are what every question reads first: computed with the rest of the build (a bulk load's, off the
+    # request path), not by the first request that meets the node (issue 39: a new model's first calls).
+    ledger.free()
     return ledger
 
 
