@@ -957,13 +957,6 @@ class Admitted(NamedTuple):
         after.request(self.uid, self.requested)
         return after
 
-    def per_numa(self, m: Machine) -> tuple[tuple[int, int], ...]:
-        """Exclusive CPUs per NUMA node across the pod's containers (reused init CPUs counted once)."""
-        held = 0
-        for cpus in self.cpus.values():
-            held |= cpus
-        return tuple((i, n) for i, n in enumerate(m.per_numa(held)) if n)
-
 
 def _rejected(reason: str, text: str) -> Rejected:
     return Rejected(reason, "Pod was rejected: " + text)
