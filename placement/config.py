@@ -8,10 +8,11 @@ mapping and the environment as the server layer read them (`server.inputs.load_s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from placement.kubelet import CPU_OPTIONS
 from placement.quantity import cpu_milli, memory_bytes
 from placement.topology import CPUSet
 
@@ -32,6 +33,13 @@ class ConfigError(ValueError):
     """An invalid setting: names the key, the value and what is allowed."""
 
 
+def _cpu_list(value: str) -> str:
+    CPUSet.parse(value)
+    return value
+
+
+CpuList = Annotated[str, AfterValidator(_cpu_list)]  # a Linux cpuset list such as 0-3,64-67
+
 # The label an operator puts on nodes whose kubelet runs the static CPU Manager (the default node group selects it).
 KUBELET_STATIC_LABEL = "model-manager.io/cpu-manager"
 
@@ -49,7 +57,7 @@ class KubeletGroup(BaseModel):
     topology_manager_policy: TopologyPolicy = "single-numa-node"
     topology_manager_scope: TopologyScope = "pod"
     topology_manager_policy_options: tuple[Literal["prefer-closest-numa-nodes"], ...] = ()
-    reserved_system_cpus: str = ""  # the kubelet's reservedSystemCPUs; empty: from the node's allocatable CPUs
+    reserved_system_cpus: CpuList = ""  # the kubelet's reservedSystemCPUs; empty: from the node's allocatable CPUs
     memory_manager_policy: MemoryPolicy = "None"
     reserved_memory: tuple[str, ...] = ()  # Static: per NUMA node, in order
     packages: int | None = Field(default=None, ge=1, le=8)  # sockets; None: from the NUMA distances
@@ -57,16 +65,9 @@ class KubeletGroup(BaseModel):
     @field_validator("cpu_manager_policy_options")
     @classmethod
     def _options(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        known = ("full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation")
-        unknown = [v for v in value if v not in known]
+        unknown = [v for v in value if v not in CPU_OPTIONS]
         if unknown:
-            raise ValueError(f"{', '.join(unknown)}: the placement model follows only {', '.join(known)}")
-        return value
-
-    @field_validator("reserved_system_cpus")
-    @classmethod
-    def _cpuset(cls, value: str) -> str:
-        CPUSet.parse(value)
+            raise ValueError(f"{', '.join(unknown)}: the placement model follows only {', '.join(CPU_OPTIONS)}")
         return value
 
     @field_validator("reserved_memory")
@@ -87,7 +88,7 @@ class Settings(BaseModel):
     nri_enabled: bool = True
     preflight: Preflight = "enforce"
     nri_deployment_profile: Profile = "standard"
-    nri_reserved_cpu_list: str = ""
+    nri_reserved_cpu_list: CpuList = ""
     nri_balloon_prefix: str = Field(default="vllm-balloon-tp", min_length=1)
     # On a hide-hyperthreads balloon type: "cores", the model container's cpu: N means N physical cores for N
     # threads (the request becomes N x SMT width); "cpus", the request stays, rounded up to whole cores.
@@ -126,11 +127,6 @@ class Settings(BaseModel):
             raise ValueError(f"{value!r} is none: give a positive quantity such as {'100m' if cpu else '128Mi'}")
         return value
 
-    @field_validator("nri_reserved_cpu_list")
-    @classmethod
-    def _cpuset(cls, value: str) -> str:
-        CPUSet.parse(value)
-        return value
 
 
 # The short names the README documents, besides every key's generic variable (`_env_name`).
