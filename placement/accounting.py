@@ -391,6 +391,17 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
 
 
 
+def placed_as_kubelet_would(ledger: NodeLedger, rec: Record) -> bool:
+    """Whether pod `rec`'s persisted placement can be trusted on this kubelet-static node: each container's CPUs as
+    many as the kubelet gives it, all of them CPUs of this machine."""
+    placed, kpod, node = rec.placed, rec.kpod, ledger.kubelet
+    if placed is None or kpod is None or node is None or placed.node != ledger.name or not placed.cpus:
+        return False
+    want = {c.name: c.cpus for c in kpod.containers if c.cpus and not kpod.pod_level}
+    return {name: len(cpus) for name, cpus in placed.cpus} == want and \
+        all(kub.mask_of(cpus) & ~node.machine.all == 0 for _, cpus in placed.cpus)
+
+
 def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> bool:
     """Hold what pod `rec` takes on a kubelet-static node: its containers' CPUs where its persisted placement says,
     else where the kubelet would put it now (a guess: the kubelet's choice depends on the order pods came in);
@@ -401,16 +412,12 @@ def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> bool:
         return False
     requested = (kpod.cpu_milli, kpod.memory)
     placed = rec.placed
-    # Trusted only where it is what the kubelet would have given this pod: each container's CPUs as many as it asks,
-    # all of them CPUs of this machine.
-    want = {c.name: c.cpus for c in kpod.containers if c.cpus and not kpod.pod_level}
-    known = placed is not None and placed.node == ledger.name and bool(placed.cpus) and \
-        {name: len(cpus) for name, cpus in placed.cpus} == want and \
-        all(kub.mask_of(cpus) & ~node.machine.all == 0 for _, cpus in placed.cpus)
+    known = placed_as_kubelet_would(ledger, rec)
     if known and placed is not None:
         cpus = {name: kub.mask_of(c) for name, c in placed.cpus}
         memory = {name: kub.Block(numa, size) for name, numa, size in placed.memory}
-        after = kub.place_known(state, rec.uid, cpus, requested, memory)
+        after = kub.place_known(state, rec.uid, cpus, requested, memory,
+                                {c.name for c in kpod.containers if c.kind == "init"})
     else:
         answer = kub.admit(node, state, kpod)
         if isinstance(answer, kub.Admitted):
@@ -452,7 +459,9 @@ def build_kubelet_ledger(name: str, labels: Mapping[str, str], topo: Topology, n
     ledger = NodeLedger(name, topo, kub.cpuset(node.reserved), f"kubelet ({node.config.source})", labels,
                         NodeNRI(None, None), stamps=stamps, numa_memory=numa_memory, kubelet=node)
     unknown = []
-    for rec in sorted(records, key=lambda r: (r.created, r.namespace, r.name)):
+    # Pods whose CPUs are known first: a guess about one of unknown placement must not take CPUs a known one holds
+    # (both would then count the same CPUs, and the node would look freer than it is).
+    for rec in sorted(records, key=lambda r: (not placed_as_kubelet_would(ledger, r), r.created, r.namespace, r.name)):
         if not account_kubelet(ledger, rec, log) and rec.kpod and rec.kpod.exclusive:
             unknown.append(rec.uid)
     published = kubeletnode.zone_available(nrt, topo.numa_count)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -725,14 +725,26 @@ class _MemoryPass:
             size -= moved
 
     def placed(self) -> dict[str, Block]:
-        """The blocks of the containers that run once the pod started: every one but its regular init containers,
-        whose memory the kubelet frees as the next container starts."""
-        init = {c.name for c in self.pod.containers if c.kind == "init"}
-        return {name: Block(numa, size) for name, (numa, size) in self.blocks.items() if name not in init}
+        """Each container's block, in the pod's order (a regular init container's as later containers shrank it)."""
+        return {name: Block(numa, size) for name, (numa, size) in self.blocks.items()}
 
     def state(self, before: MemoryState) -> MemoryState:
-        """The machine state once the pod runs: `before` with the running containers' blocks."""
-        return _with_blocks(before, self.pod.uid, self.placed())
+        """The machine state once the pod runs."""
+        return started(before, self.pod.uid, self.placed(), {c.name for c in self.pod.containers if c.kind == "init"})
+
+
+def started(mem: MemoryState, uid: str, blocks: Mapping[str, Block], init: Collection[str]) -> MemoryState:
+    """The machine state once pod `uid` runs: every container's block charged in the pod's order, then each regular
+    init container's released, as the kubelet's AddContainer releases it when the next container starts. The release
+    is not an undo: a NUMA node the init container's block touched keeps that block's group for as long as another
+    block uses it, which decides the single-NUMA hints of every pod after."""
+    charged = _with_blocks(mem, uid, blocks)
+    done = {name: (b.numa, b.size) for name, b in blocks.items() if name in init}
+    if not done:
+        return charged
+    after = _release_memory(charged, done)
+    after.blocks = {**after.blocks, uid: {n: b for n, b in after.blocks[uid].items() if n not in init}}
+    return after
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1185,8 +1197,9 @@ def remove(state: KState, uid: str) -> KState:
 
 
 def place_known(state: KState, uid: str, cpus: Mapping[str, int], requested: tuple[int, int],
-                memory: Mapping[str, Block] | None = None) -> KState:
-    """A pod whose CPUs (and memory blocks) are known (persisted at bind, or observed): held exactly there."""
+                memory: Mapping[str, Block] | None = None, init: Collection[str] = ()) -> KState:
+    """A pod whose CPUs (and memory blocks, its regular `init` containers' among them) are known (persisted at bind,
+    or observed): held exactly there."""
     after = state.copy()
     held = 0
     for mask in cpus.values():
@@ -1196,5 +1209,5 @@ def place_known(state: KState, uid: str, cpus: Mapping[str, int], requested: tup
         after.assigned[uid] = dict(cpus)
     after.request(uid, requested)
     if after.memory is not None and memory:
-        after.memory = _with_blocks(after.memory, uid, memory)
+        after.memory = started(after.memory, uid, memory, init)
     return after
