@@ -264,11 +264,11 @@ def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any, fleet: str = "synt
 
     from aiohttp import web
 
+    from cli.runner import build_app
     from placement.cluster import ClusterState
     from placement.config import Settings
     from server.app import Runtime
     from server.logs import JSONFormatter
-    from server.runner import build_app
 
     handler = logging.StreamHandler(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
     handler.setFormatter(JSONFormatter())
@@ -278,10 +278,10 @@ def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any, fleet: str = "synt
     started = time.perf_counter()
     settings = Settings()
     if gc_mode == "server":
+        from cli.runner import tune_gc
         from server.kubesource import BulkLoadGC
-        from server.runner import tune_gc
 
-        # As `model-placement extender` does (server.runner.run): the GC tuned before its source starts, the first
+        # As `model-placement extender` does (cli.runner.run): the GC tuned before its source starts, the first
         # list under the source's bulk-load GC, every ledger built before its end freezes what was loaded.
         tune_gc()
         with BulkLoadGC():
@@ -295,7 +295,7 @@ def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any, fleet: str = "synt
         gc.collect()
         gc.freeze()  # the synced state is long-lived: keep the cyclic GC from walking it on every gen-2 pass
     if gc_mode == "tuned":
-        from server.runner import tune_gc
+        from cli.runner import tune_gc
 
         tune_gc()  # what the server does after loading its state
 

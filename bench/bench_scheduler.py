@@ -239,7 +239,7 @@ def run(nodes: int, pods: int, rounds: int, qps: int | None, profile: Path | Non
             cluster.start_model_placement("webhook")
             cluster.start_model_placement("extender", argv0=None if profile is None else [
                 sys.executable, str(Path(__file__).with_name("profiled.py")), str(profile / f"extender-{nodes}.prof"),
-                "-m", "server.cli"])
+                "-m", "cli"])
             null_ports = start_null_extenders(cluster)
             # One pod through our webhook gives the production shape; the measured pods are its copies, so every
             # scheduler gets the very same pods and the measure is the scheduler's, not the webhook's.

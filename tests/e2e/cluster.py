@@ -395,7 +395,7 @@ class Cluster(Rendered):
     def start_model_placement(self, which: str, argv0: list[str] | None = None, image: str | None = None
                               ) -> Component:
         """Our webhook (`which` = webhook) or extender, with the args and env of its container; `argv0` runs the
-        module some other way than `python -m server.cli`; `image` runs our image instead, as the kubelet would
+        module some other way than `python -m cli`; `image` runs our image instead, as the kubelet would
         on the host's network: the ServiceAccount's token where a pod has it and the kubernetes Service's address
         in the environment the kubelet sets, so `--in-cluster` and the mounted paths stay as the chart says."""
         deployment, name, sa = OURS[which]
@@ -405,7 +405,7 @@ class Cluster(Rendered):
         if image is None:
             args = self.local_args(container["args"], mounts, self.service_account_kubeconfig(sa), self.ports[which])
             comp = self._component(which, args, self.env(deployment, container),
-                                   argv0=argv0 or [sys.executable, "-m", "server.cli"])
+                                   argv0=argv0 or [sys.executable, "-m", "cli"])
         else:
             args = self.local_args(container["args"], {}, None, self.ports[which])
             named = f"model-placement-{which}-{self.api_port}"

@@ -33,7 +33,7 @@ def held_numa(ledger: dict[str, Any]) -> dict[str, list[tuple[int, int]]]:
 
 
 def model_placement(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "server.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
 
 
