@@ -4,4 +4,5 @@ import sys
 
 from cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a walk of the packages imports it (tests/image's probe does)
+    sys.exit(main())
