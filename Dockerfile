@@ -27,6 +27,7 @@ COPY webhook ./webhook
 COPY extender ./extender
 COPY certs ./certs
 COPY server ./server
+COPY cli ./cli
 # Then what the servers never import goes (tests/image/test_image.py holds the venv to that): pip itself; the
 # kubernetes client's asyncio twin (kubernetes.aio, half the package) with aiohttp-retry, which only it imports;
 # pycparser, which cffi needs only to compile bindings, never to load the ones cryptography ships built.

@@ -52,7 +52,7 @@ def fleet(n_pods: int) -> tuple[list[dict[str, Any]], int, int]:
     indices = uniform_nodes()[: -(-n_pods // 4)]
     nodes = [node_object(i) for i in indices]
     policy = balloons_policy("group.numa2", 2, {node_name(i): "Success" for i in indices})
-    return nodes + [policy], per, len(nodes)
+    return [*nodes, policy], per, len(nodes)
 
 
 def args_body(pod: dict[str, Any], names: list[str]) -> bytes:

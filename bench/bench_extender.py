@@ -82,8 +82,9 @@ def node_object(i: int, full: bool = False) -> dict[str, Any]:
     # node is in a class whose policy lacks the type that spans all its NUMA nodes.
     labels[GROUP_LABEL] = f"numa{numa}" + ("-small" if i % 10 == 3 else "")
     node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
-                            "spec": {}, "status": {"capacity": {"cpu": str(cpus), "memory": "1024Gi", "pods": "250"},
-                                                   "allocatable": {"cpu": str(cpus), "memory": "1000Gi", "pods": "250"}}}
+                            "spec": {},
+                            "status": {"capacity": {"cpu": str(cpus), "memory": "1024Gi", "pods": "250"},
+                                       "allocatable": {"cpu": str(cpus), "memory": "1000Gi", "pods": "250"}}}
     if full:
         node["metadata"].update(uid=f"00000000-0000-4000-8000-{i:012d}", resourceVersion=str(1000 + i),
                                 creationTimestamp="2026-01-05T08:00:00Z",
@@ -93,11 +94,14 @@ def node_object(i: int, full: bool = False) -> dict[str, Any]:
         node["status"].update(
             conditions=[{"type": t, "status": s, "reason": r, "message": m, "lastHeartbeatTime": "2026-01-05T09:00:00Z",
                          "lastTransitionTime": "2026-01-05T08:01:00Z"}
-                        for t, s, r, m in (("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                                           ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                                           ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                                           ("Ready", "True", "KubeletReady", "kubelet is posting ready status"))],
-            addresses=[{"type": "InternalIP", "address": f"10.0.{i // 250}.{i % 250}"}, {"type": "Hostname", "address": name}],
+                        for t, s, r, m in (
+                            ("MemoryPressure", "False", "KubeletHasSufficientMemory",
+                             "kubelet has sufficient memory available"),
+                            ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                            ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                            ("Ready", "True", "KubeletReady", "kubelet is posting ready status"))],
+            addresses=[{"type": "InternalIP", "address": f"10.0.{i // 250}.{i % 250}"},
+                       {"type": "Hostname", "address": name}],
             daemonEndpoints={"kubeletEndpoint": {"Port": 10250}},
             nodeInfo={"machineID": f"{i:032x}", "systemUUID": f"{i:08x}-0000-4000-8000-000000000000",
                       "bootID": f"{i:08x}-1111-4000-8000-000000000000", "kernelVersion": "6.8.0-49-generic",
@@ -125,7 +129,8 @@ def model_pod(name: str, uid: str, tp: int, cpus: int, node: str | None = None, 
                                           "uid": "ad0d3f5c-9ca8-4bbd-92e0-f660b23f82f1", "controller": True,
                                           "blockOwnerDeletion": True}]},
         "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai-cpu:v0.10.0",
-                                 "args": ["--model", "/mnt/models", "--dtype", "bfloat16", "--tensor-parallel-size", str(tp)],
+                                 "args": ["--model", "/mnt/models", "--dtype", "bfloat16",
+                                          "--tensor-parallel-size", str(tp)],
                                  "resources": {"requests": {"cpu": str(cpus), "memory": "64Gi"},
                                                "limits": {"cpu": str(cpus), "memory": "64Gi"}}}],
                  "schedulerName": "model-placement", "restartPolicy": "Always", "priority": 0,
@@ -160,13 +165,13 @@ def balloons_policy(name: str, numa: int, nodes_status: dict[str, str], without:
     return {"apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
             "metadata": {"name": name, "namespace": "kube-system"},
             "spec": {"reservedResources": {"cpu": str(RESERVED)}, "pinCPU": True, "pinMemory": True,
-                     "balloonTypes": [{"name": "reserved", "namespaces": ["kube-system"]}] + types},
+                     "balloonTypes": [{"name": "reserved", "namespaces": ["kube-system"]}, *types]},
             "status": {"nodes": {n: {"status": s, "generation": 1} for n, s in nodes_status.items()}}}
 
 
 def build_fleet(n_nodes: int, n_pods: int, seed: int = 7) -> list[dict[str, Any]]:
-    """Nodes, a BalloonsPolicy per NUMA count (and its smaller variant) and pods: one in ten a model pod, placed only where it fits (as the
-    extender would have), the rest small shared-pool pods."""
+    """Nodes, a BalloonsPolicy per NUMA count (and its smaller variant) and pods: one in ten a model pod, placed only
+    where it fits (as the extender would have), the rest small shared-pool pods."""
     rng = random.Random(seed)
     objects: list[dict[str, Any]] = [node_object(i) for i in range(n_nodes)]
     status = {node_name(i): ("Failure" if i % 97 == 5 else "Success") for i in range(n_nodes)}
@@ -184,7 +189,8 @@ def build_fleet(n_nodes: int, n_pods: int, seed: int = 7) -> list[dict[str, Any]
         i = rng.randrange(n_nodes)
         name = f"pod-{p:06d}"
         if p % 10:
-            objects.append(plain_pod(f"svc-{p % 997}-7c9d8f6b5d-{p:06d}", f"uid-{p}", node_name(i), rng.choice((50, 100, 250))))
+            objects.append(plain_pod(f"svc-{p % 997}-7c9d8f6b5d-{p:06d}", f"uid-{p}", node_name(i),
+                                     rng.choice((50, 100, 250))))
             continue
         numa = len(free[i])
         tp = rng.choice([t for t in (1, 2, 4, 8) if t <= numa])
@@ -264,11 +270,11 @@ def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any, fleet: str = "synt
 
     from aiohttp import web
 
+    from cli.runner import build_app
     from placement.cluster import ClusterState
     from placement.config import Settings
     from server.app import Runtime
     from server.logs import JSONFormatter
-    from server.runner import build_app
 
     handler = logging.StreamHandler(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
     handler.setFormatter(JSONFormatter())
@@ -278,10 +284,10 @@ def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any, fleet: str = "synt
     started = time.perf_counter()
     settings = Settings()
     if gc_mode == "server":
+        from cli.runner import tune_gc
         from server.kubesource import BulkLoadGC
-        from server.runner import tune_gc
 
-        # As `model-placement extender` does (server.runner.run): the GC tuned before its source starts, the first
+        # As `model-placement extender` does (cli.runner.run): the GC tuned before its source starts, the first
         # list under the source's bulk-load GC, every ledger built before its end freezes what was loaded.
         tune_gc()
         with BulkLoadGC():
@@ -295,7 +301,7 @@ def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any, fleet: str = "synt
         gc.collect()
         gc.freeze()  # the synced state is long-lived: keep the cyclic GC from walking it on every gen-2 pass
     if gc_mode == "tuned":
-        from server.runner import tune_gc
+        from cli.runner import tune_gc
 
         tune_gc()  # what the server does after loading its state
 
@@ -318,11 +324,11 @@ def serve(n_nodes: int, n_pods: int, gc_mode: str, conn: Any, fleet: str = "synt
 
 class GcPauses:
     """What the server process spent in the cyclic collector and in building ledgers during each request, added to
-    its Server-Timing header (`cpu;dur=` the request's CPU ms on the loop thread, `gc;dur=` wall ms, `gccpu;dur=` its thread's CPU ms, `gcgen;desc=` the oldest
-    generation collected, -1 for none, `ledgers;desc=N`): a slow call says whether a collection or a cold ledger made
-    it slow, and, on a machine busy with other work, whether the collection was long or only descheduled. POST
-    /bench/profile starts a cProfile of every request (body "start") or ends it and answers its top entries (body
-    "stop")."""
+    its Server-Timing header (`cpu;dur=` the request's CPU ms on the loop thread, `gc;dur=` wall ms, `gccpu;dur=`
+    its thread's CPU ms, `gcgen;desc=` the oldest generation collected, -1 for none, `ledgers;desc=N`): a slow
+    call says whether a collection or a cold ledger made it slow, and, on a machine busy with other work, whether
+    the collection was long or only descheduled. POST /bench/profile starts a cProfile of every request (body
+    "start") or ends it and answers its top entries (body "stop")."""
 
     def __init__(self) -> None:
         self.wall = self.cpu = 0.0
@@ -362,7 +368,8 @@ class GcPauses:
                     self.profiler.disable()
             built = len(cluster._ledgers) - built_before
             response.headers["Server-Timing"] = (
-                f"{response.headers.get('Server-Timing', 'app;dur=nan')}, cpu;dur={(time.thread_time() - began) * 1000:.3f}, "
+                f"{response.headers.get('Server-Timing', 'app;dur=nan')}, "
+                f"cpu;dur={(time.thread_time() - began) * 1000:.3f}, "
                 f"gc;dur={(self.wall - wall) * 1000:.3f}, "
                 f"gccpu;dur={(self.cpu - cpu) * 1000:.3f}, gcgen;desc={self.oldest}, ledgers;desc={built}, "
                 f"fits;desc={judge.fits_asked - fits}")
@@ -529,7 +536,8 @@ def tail_case(client: Client, rng: random.Random, names: list[str], calls: int, 
         p_rt, p_srv, _ = client.post("/prioritize", orjson.dumps(
             {"Pod": pod, "Nodes": None, "NodeNames": answer["NodeNames"]}))
         time.sleep(gap)
-        out.append({"k": k, "first": first, "since": since, "model": model, "rt": f_rt + p_rt, "filter": f_rt, "prioritize": p_rt,
+        out.append({"k": k, "first": first, "since": since, "model": model, "rt": f_rt + p_rt, "filter": f_rt,
+                    "prioritize": p_rt,
                     "server": f_srv + p_srv, "cpu": f_timing["cpu"] + client.timing["cpu"],
                     "gc": f_timing["gc"] + client.timing["gc"],
                     "gccpu": f_timing["gccpu"] + client.timing["gccpu"],
@@ -557,7 +565,8 @@ def new_model_case(client: Client, rng: random.Random, names: list[str], calls: 
         rts.append(f_rt + p_rt)
         servers.append(f_srv + p_srv)
     print(f"\none new TP=2 pod, {calls} times /filter + /prioritize with 500 random names; ms")
-    print(f"  the first ten: {', '.join(f'{r:.1f}' for r in rts[:10])} (server {', '.join(f'{r:.1f}' for r in servers[:10])})")
+    print(f"  the first ten: {', '.join(f'{r:.1f}' for r in rts[:10])} "
+          f"(server {', '.join(f'{r:.1f}' for r in servers[:10])})")
     print(f"  p50 {pct(rts, 50):.2f}, p99 {pct(rts, 99):.2f}, max {max(rts):.2f}; goal: every call <= 25 ms: "
           f"{'met' if max(rts) <= 25 else 'MISSED'}")
     if profile:
@@ -600,7 +609,8 @@ def print_tail(tail: dict[str, Any]) -> bool:
     print("  the slowest 8: call, first of its model?, round trip, server, its CPU, of it GC (its CPU, oldest "
           "generation), ledgers built, fits computed")
     for c in sorted(calls, key=lambda c: -c["rt"])[:8]:
-        print(f"    #{c['k']:<4} {'first' if c['first'] else 'replica':7} {c['rt']:7.2f} {c['server']:7.2f} {c['cpu']:7.2f} "
+        print(f"    #{c['k']:<4} {'first' if c['first'] else 'replica':7} {c['rt']:7.2f} {c['server']:7.2f} "
+              f"{c['cpu']:7.2f} "
               f"{c['gc']:7.2f} ({c['gccpu']:.2f}, {c['gcgen']:.0f}) {c['ledgers']:5.0f} {c['fits']:5.0f}")
     print(f"  goals: {'met' if ok else 'MISSED'}")
     if "profile" in tail:
@@ -629,7 +639,8 @@ def run(args: argparse.Namespace) -> int:
     pid = proc.pid
     serial = 0
 
-    def case(label: str, n: int, goal: str, limit: float | None, make: Any, path: str = "/filter") -> dict[str, list[float]]:
+    def case(label: str, n: int, goal: str, limit: float | None, make: Any,
+             path: str = "/filter") -> dict[str, list[float]]:
         nonlocal serial
         rt: list[float] = []
         server: list[float] = []
@@ -702,11 +713,13 @@ def run(args: argparse.Namespace) -> int:
 
     case("/filter non-model pod", args.nodes, "cheap", None, make_plain)
 
-    node_list = {"metadata": {"resourceVersion": "123456"}, "items": [node_object(i, full=True) for i in rng.sample(range(args.nodes), 500)]}
+    node_list = {"metadata": {"resourceVersion": "123456"},
+                 "items": [node_object(i, full=True) for i in rng.sample(range(args.nodes), 500)]}
     list_bodies = []
     for _ in range(args.requests + args.warmup):
         serial += 1
-        list_bodies.append(json.dumps({"Pod": pending_pod(rng, serial), "Nodes": node_list, "NodeNames": None}).encode())
+        body = {"Pod": pending_pod(rng, serial), "Nodes": node_list, "NodeNames": None}
+        list_bodies.append(json.dumps(body).encode())
     it = iter(list_bodies)
     extra = case("/filter NodeList (full Nodes)", 500, "<= 1.5x baseline", None, lambda: (next(it), None))
     baseline = []
@@ -714,7 +727,8 @@ def run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         json.dumps(json.loads(body))
         baseline.append((time.perf_counter() - started) * 1000)
-    rows.append(("  baseline json.loads + json.dumps", 500, baseline, baseline, f"body {len(list_bodies[0]) / 1e6:.2f} MB", None, None))
+    rows.append(("  baseline json.loads + json.dumps", 500, baseline, baseline,
+                 f"body {len(list_bodies[0]) / 1e6:.2f} MB", None, None))
 
     ok = print_tail(tail)
     print(f"\n{args.requests} requests per case (after {args.warmup} warm-up), one keep-alive connection; ms (process "
@@ -727,8 +741,8 @@ def run(args: argparse.Namespace) -> int:
         if limit is not None:
             verdict = "  ok" if pct(rt, 99) <= limit else "  MISSED"
             ok &= pct(rt, 99) <= limit
-        print(f"{label:38} {n:>5} {pct(rt, 50):7.2f} {pct(rt, 99):7.2f} {pct(server, 50):10.2f} {pct(server, 99):10.2f} "
-              f"{'' if cpu is None else f'{cpu:.2f}':>11}  {goal}{verdict}")
+        print(f"{label:38} {n:>5} {pct(rt, 50):7.2f} {pct(rt, 99):7.2f} {pct(server, 50):10.2f} "
+              f"{pct(server, 99):10.2f} {'' if cpu is None else f'{cpu:.2f}':>11}  {goal}{verdict}")
     ratio_rt = pct(extra["rt"], 50) / pct(baseline, 50)
     ratio_srv = pct(extra["server"], 50) / pct(baseline, 50)
     print(f"\nNodeList of 500: round trip p50 {ratio_rt:.2f}x the bare json.loads + json.dumps p50 "
@@ -761,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(they run slower: read its figures from a run without)")
     parser.add_argument("--quick", action="store_true", help="1,000 nodes, 20,000 pods, 100 requests")
     parser.add_argument("--fleet", choices=("synthetic", "mixed", "mixed-placed"), default="synthetic",
-                        help="synthetic: the fleet described above; mixed: issue 39's (1/2/4-NUMA nodes of 24-48 cores, "
+                        help="synthetic: the fleet described above; mixed: issue 39's (1/2/4-NUMA nodes, 24-48 cores, "
                              "one default policy of plain TP 1/2/4 types, two TP=1 model pods and 18 small pods on "
                              "each node: 20 pods a node), its model pods of unknown placement; mixed-placed: the same "
                              "with their placements recorded")

@@ -475,7 +475,8 @@ def settle(observer: Observer, quiet: float = 15, limit: float = 180) -> None:
 
 
 def summarize(arm: str, observer: Observer, recs: dict[str, dict[str, Any]], reserved: dict[str, CPUSet],
-              refused: Counter[str], stream_seconds: float, seconds: float, vnodes: list[VirtualNode]) -> dict[str, Any]:
+              refused: Counter[str], stream_seconds: float, seconds: float,
+              vnodes: list[VirtualNode]) -> dict[str, Any]:
     models = [f for f in observer.fates.values() if f.model]
     verdicts = Counter(f.verdict for f in models if f.verdict)
     waits = sorted(f.running - f.created for f in models if f.running is not None)
@@ -508,7 +509,8 @@ def table(rows: list[dict[str, Any]]) -> Iterator[str]:
     for r in rows:
         times = f"{r['p50']:.2f} s / {r['p99']:.2f} s" if r["p50"] is not None else "-"
         yield (f"| {r['arm']} | {r['model_pods']} | {r['refused']} | {r['placed']} | {r['failed']} | {r['spread']} "
-               f"| {r['shared']} | {r['pending_at_end']} | {times} | {r['stranded']} ({r['stranded_forced']}) | {r['free']} "
+               f"| {r['shared']} | {r['pending_at_end']} | {times} | {r['stranded']} ({r['stranded_forced']}) "
+               f"| {r['free']} "
                f"| {' / '.join(map(str, r['slivers']))} |")
 
 

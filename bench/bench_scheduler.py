@@ -239,7 +239,7 @@ def run(nodes: int, pods: int, rounds: int, qps: int | None, profile: Path | Non
             cluster.start_model_placement("webhook")
             cluster.start_model_placement("extender", argv0=None if profile is None else [
                 sys.executable, str(Path(__file__).with_name("profiled.py")), str(profile / f"extender-{nodes}.prof"),
-                "-m", "server.cli"])
+                "-m", "cli"])
             null_ports = start_null_extenders(cluster)
             # One pod through our webhook gives the production shape; the measured pods are its copies, so every
             # scheduler gets the very same pods and the measure is the scheduler's, not the webhook's.
@@ -288,7 +288,8 @@ def main() -> int:
         rows.append({**run(n, args.pods, args.rounds, args.qps, args.profile), "load": (load, os.getloadavg())})
     print("| nodes | pods × rounds | client qps | ours (pods/s) | Go null | Python null | Python null + bind | plain "
           "| ours / Go null (goal ≥ 0.9) [each round] | ours / plain | Go null / plain | Python null / plain "
-          "| Python null + bind / plain | /filter per pod | /prioritize per pod | /bind per pod | load before → after |")
+          "| Python null + bind / plain | /filter per pod | /prioritize per pod | /bind per pod "
+          "| load before → after |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         med, ratios = r["med"], r["ratios"]
@@ -297,7 +298,8 @@ def main() -> int:
               + "".join(f"| {med[arm]['rate']:.1f} " for arm in ARMS)
               + f"| **{statistics.median(to_null):.2f}** [{', '.join(f'{x:.2f}' for x in to_null)}] "
               + "".join(f"| {statistics.median(ratios[arm]):.2f} " for arm in ARMS if arm != "plain")
-              + f"| {med['ours']['/filter']:.1f} ms | {med['ours']['/prioritize']:.1f} ms | {med['ours']['/bind']:.1f} ms "
+              + f"| {med['ours']['/filter']:.1f} ms | {med['ours']['/prioritize']:.1f} ms "
+              f"| {med['ours']['/bind']:.1f} ms "
               f"| {r['load'][0][0]:.1f} → {r['load'][1][0]:.1f} |")
     print(f"\nCPU ms per placed pod, each process (median over the rounds): {' / '.join(ARMS)}")
     print("| nodes | " + " | ".join(rows[0]["cpu"]) + " | all |")

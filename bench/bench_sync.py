@@ -157,7 +157,7 @@ def child_sync(url: str, page_size: int, events: int, n_pods: int, null_sink: bo
     gc.collect()
     apply_ns: dict[str, list[int]] = {"model": [], "other": []}
     line_ns: list[int] = []
-    for p, line in lines:
+    for p, _line in lines:
         bucket = "model" if "model-manager.io/model" in p["metadata"]["labels"] else "other"
         t = time.perf_counter_ns()
         state.apply("Pod", "MODIFIED", p)

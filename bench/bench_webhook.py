@@ -72,10 +72,10 @@ def review(serial: int = 0, distinct: bool = False) -> dict:
 def _serve(mode: str, cert: str, key: str, port_file: str) -> None:
     """mode: ours | ours-no-memo (the webhook without its replica memo) | bare."""
     from certs import server_ssl_context
+    from cli.runner import build_app
     from placement.cluster import ClusterState
     from placement.config import Settings
     from server.app import Runtime
-    from server.runner import build_app
     from server.sources import demo_text, load_objects
 
     if mode.startswith("ours"):
@@ -86,7 +86,7 @@ def _serve(mode: str, cert: str, key: str, port_file: str) -> None:
             from webhook.routes import REPLICAS
 
             app[REPLICAS] = None  # type: ignore[assignment]  # the handler then mutates every pod afresh
-        from server.runner import tune_gc
+        from cli.runner import tune_gc
 
         tune_gc()  # as the server does once its state is loaded
     else:

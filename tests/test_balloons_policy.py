@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from cli.policies import balloons_policies
 from placement.cluster import ClusterState
-from server.policies import balloons_policies
 
 # Documented fields (nri-plugins' balloons config): policy level and per balloon type.
 POLICY_FIELDS = {"pinCPU", "pinMemory", "reservedResources", "availableResources", "reservedPoolNamespaces",

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
 
 
@@ -28,6 +28,31 @@ def test_report_table_shows_every_node_and_numa_node() -> None:
         assert f"{ledger['node']}: {ledger['topology']['numa_nodes']} NUMA nodes" in text
         assert ledger["reserved"]["cpuset"] in text
     assert "mistral-7b-predictor-58d4c-fghij (vllm-balloon-tp2, " in text
+
+
+def test_report_draws_each_numa_nodes_model_cores_held_lent_and_free() -> None:
+    """One bar under each NUMA node, in the order of the JSON: a cell per model core, held (the pods' cores
+    there), lent to the shared pool (what neither they nor FREE account for) and free, as the ledger counts them."""
+    text = run("report").stdout
+    bars = re.findall(r"^ {7}([█▒·]*)  (\d+) held, (\d+) lent, (\d+) free$", text, re.MULTILINE)
+    expected = []
+    for ledger in json.loads(run("report", "-o", "json").stdout):
+        for numa in ledger["numa"]:
+            held = sum(h["cores"] for h in numa["held"])
+            expected.append((held, numa["capacity"] - held - numa["free"], numa["free"]))
+    assert [(int(h), int(lent), int(f)) for _, h, lent, f in bars] == expected
+    for (cells, *_), (held, lent, free) in zip(bars, expected):
+        assert cells == "█" * held + "▒" * lent + "·" * free
+    assert (26, 2, 1) in expected  # cpu-full's NUMA node 1: the shared pool has grown into 2 of its model cores
+    assert max(map(len, text.splitlines())) <= 120
+
+
+def test_a_bar_past_64_cells_draws_a_cell_for_every_few_cores_and_keeps_each_part_seen() -> None:
+    from cli.report import bar
+
+    assert bar(100, 3, 25) == "█" * 50 + "▒" * 2 + "·" * 12 + "  100 held, 3 lent, 25 free; a cell is 2 cores"
+    assert bar(1, 0, 191) == "█" + "·" * 63 + "  1 held, 0 lent, 191 free; a cell is 3 cores"
+    assert bar(2, 0, 0) == "██  2 held, 0 lent, 0 free"
 
 
 def test_report_json_carries_the_ledger() -> None:

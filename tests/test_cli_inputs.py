@@ -457,9 +457,9 @@ def test_render_answers_every_malformed_field_without_a_crash() -> None:
     an answer (exit 0, 2 or 3) for every one, as the server does, and prints it."""
     import io
 
+    from cli.render import dump_yaml, print_text, render
     from placement.cluster import ClusterState
     from placement.config import Settings
-    from server.render import dump_yaml, print_text, render
     from server.sources import demo_text, load_objects
 
     state = ClusterState.from_objects(load_objects(demo_text()), Settings())

@@ -566,8 +566,8 @@ async def test_the_first_cycle_finds_every_ledger_built_and_out_of_the_collector
 
 async def test_a_server_keeps_its_collector_thresholds_through_the_first_list(
         fake: FakeApiServer, tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
-    from server.cli import parser
-    from server.runner import run
+    from cli.main import parser
+    from cli.runner import run
 
     seed(fake)
     caplog.set_level("INFO", logger="model_placement.kubesource")

@@ -1,25 +1,24 @@
 """The layers, read from the imports themselves.
 
-`placement` is the core and stands alone, pure: no I/O, no environment, no logging, no process-wide state that
-changes; `server`'s plumbing (HTTP app, logs, metrics, API client, list/watch,
-reading inputs) is below the two faces, `webhook` and `extender`; the command line and the composition of a server
-process (`server.cli`, `server.runner` and the commands) are on top. Every `import` and `from … import` counts,
-at module level or inside a function: a function-level import defers a circle to the first call, it does not
-remove it.
+From the bottom: `placement`, the core, stands alone and pure (no I/O, no environment, no logging, no process-wide
+state that changes), and so does `certs`, the TLS material; `server` is the plumbing (HTTP app, logs, metrics, API
+client, list/watch, reading inputs); the two faces, `webhook` and `extender`, stand on it side by side; `cli`, the
+command line with its commands and the composition of a server process, is on top. A module imports its own
+package and the layers below it, never one beside or above. Every `import` and `from … import` counts, at module
+level or inside a function: a function-level import defers a circle to the first call, it does not remove it.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("placement", "webhook", "extender", "certs", "server")
-FACES = ("webhook", "extender")
-# What the faces may use of `server`; none of it may use a face or the top.
-PLUMBING = {"server", "server.app", "server.logs", "server.metrics", "server.kubeapi", "server.kubesource",
-            "server.inputs", "server.sources"}
+# package -> its layer; packages on one layer may not import each other.
+LAYERS = {"placement": 0, "certs": 0, "server": 1, "webhook": 2, "extender": 2, "cli": 3}
+PACKAGES = tuple(LAYERS)
 
 # What the core may not import: the file system, the process and its environment, logging, the network.
 IMPURE = {"os", "sys", "io", "pathlib", "shutil", "tempfile", "subprocess", "socket", "logging", "importlib"}
@@ -136,15 +135,9 @@ def violations(edges: Graph) -> list[str]:
 
 def _forbidden(module: str, target: str) -> str | None:
     mine, theirs = package(module), package(target)
-    if mine == "placement" and theirs != "placement":
-        return "the core imports nothing above it"
-    if mine == "certs" and theirs != "certs":
-        return "TLS material stands alone"
-    if mine in FACES and theirs == "server" and target not in PLUMBING:
-        return "a face uses server's plumbing, never the command line or the composition on top"
-    if module in PLUMBING and (theirs in FACES or (theirs == "server" and target not in PLUMBING)):
-        return "server's plumbing is below the faces and the command line"
-    return None
+    if mine == theirs or LAYERS[theirs] < LAYERS[mine]:
+        return None
+    return f"{mine} (layer {LAYERS[mine]}) imports only the layers below it, not {theirs} (layer {LAYERS[theirs]})"
 
 
 def impurities(module: str, source: str) -> list[str]:
@@ -221,10 +214,14 @@ def note(text):
         "placement.bad keeps SEEN = set(), process-wide state", "placement.bad rebinds the global COUNT"]
 
 
-def test_the_walk_sees_every_module_and_plumbing_names_real_ones() -> None:
-    edges = graph(sources())
-    assert {package(m) for m in edges} == set(PACKAGES)
-    assert set(edges) >= PLUMBING, PLUMBING - set(edges)
+def test_every_package_has_a_layer_and_ships() -> None:
+    """A new top-level package is placed in LAYERS, and the wheel, the image and mypy take each layered one."""
+    on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert on_disk == set(LAYERS), on_disk ^ set(LAYERS)
+    assert {package(m) for m in graph(sources())} == set(LAYERS)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert sorted(project["tool"]["setuptools"]["packages"]["find"]["include"]) == sorted(f"{p}*" for p in LAYERS)
+    assert sorted(project["tool"]["mypy"]["files"]) == sorted(LAYERS)
 
 
 def _synthetic(modules: Iterable[tuple[str, str]]) -> Graph:
@@ -233,24 +230,28 @@ def _synthetic(modules: Iterable[tuple[str, str]]) -> Graph:
 
 def test_a_circle_through_a_function_level_import_is_found() -> None:
     edges = _synthetic([
+        ("cli", ""),
+        ("cli.main", "from cli.runner import run\n"),
+        ("cli.runner", "def make():\n    from cli.main import parser\n"),
         ("server", ""),
-        ("server.cli", "from server.runner import run\n"),
-        ("server.runner", "def make():\n    from server.cli import snapshot_state\n"),
         ("server.app", "from . import logs\n"),
         ("server.logs", ""),
     ])
     assert edges["server.app"] == {"server", "server.logs"}
-    assert circles(edges) == ["server.cli, server.runner (e.g. server.cli -> server.runner -> server.cli)"]
+    assert circles(edges) == ["cli.main, cli.runner (e.g. cli.main -> cli.runner -> cli.main)"]
 
 
-def test_each_layering_rule_fails_on_a_bad_import() -> None:
+def test_each_upward_or_sideways_import_fails() -> None:
     edges = _synthetic([
         ("placement", ""), ("placement.fit", "from server.app import Runtime\n"),
         ("certs", ""), ("certs.reload", "import placement.fit\n"),
-        ("webhook", ""), ("webhook.routes", "def f():\n    from server.cli import load_cluster\n"),
-        ("server", ""), ("server.app", "from extender import routes\n"), ("server.cli", ""),
-        ("extender", ""), ("extender.routes", "from server.app import Runtime\n"),
+        ("server", ""), ("server.app", "from extender import routes\n"),
+        ("server.logs", "def f():\n    from cli.main import parser\n"),
+        ("webhook", ""), ("webhook.routes", "from extender.filter import Judge\nfrom server.app import Runtime\n"),
+        ("extender", ""), ("extender.filter", "from cli.render import render\nimport placement.fit\n"),
+        ("cli", ""), ("cli.main", "from cli.render import render\n"),
+        ("cli.render", "import webhook.routes, extender.filter, server.app, certs, placement.fit\n"),
     ])
     assert [v.split(":")[0] for v in violations(edges)] == [
-        "certs.reload -> placement.fit", "placement.fit -> server.app", "server.app -> extender",
-        "server.app -> extender.routes", "webhook.routes -> server.cli"]
+        "certs.reload -> placement.fit", "extender.filter -> cli.render", "placement.fit -> server.app",
+        "server.app -> extender", "server.logs -> cli.main", "webhook.routes -> extender.filter"]

@@ -23,7 +23,7 @@ KINDS = ("Node", "Pod", "BalloonsPolicy", "NodeResourceTopology")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 
 
@@ -43,7 +43,7 @@ def test_report_and_render_read_the_live_cluster_as_they_read_a_file(fake_demo: 
 def test_not_ready_until_every_kind_is_listed_then_follows_the_watch(fake_demo: FakeApiServer, tmp_path: Path) -> None:
     fake_demo.fail_next_lists("Pod", 6, code=500)  # the pod list keeps failing for a while
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--kubeconfig", str(kubeconfig(tmp_path, fake_demo.url)),
+        [sys.executable, "-m", "cli", "serve", "--kubeconfig", str(kubeconfig(tmp_path, fake_demo.url)),
          "--insecure-http", "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0"],
         cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     http = urllib3.PoolManager()

@@ -38,7 +38,7 @@ async def _port_of(proc: subprocess.Popen[bytes]) -> int:
 
 async def test_sigterm_during_load_answers_every_accepted_request() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--insecure-http", "--host", "127.0.0.1", "--port", "0",
+        [sys.executable, "-m", "cli", "serve", "--insecure-http", "--host", "127.0.0.1", "--port", "0",
          "--drain-seconds", "0.5", "--shutdown-grace-seconds", "10"],
         cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:

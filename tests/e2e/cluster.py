@@ -93,10 +93,9 @@ class Component:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Component:
-        out = open(self.log, "ab")
-        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=self.cwd, env={**os.environ, **self.env}, start_new_session=True)
-        out.close()
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         cwd=self.cwd, env={**os.environ, **self.env}, start_new_session=True)
         return self
 
     def alive(self) -> bool:
@@ -395,7 +394,7 @@ class Cluster(Rendered):
     def start_model_placement(self, which: str, argv0: list[str] | None = None, image: str | None = None
                               ) -> Component:
         """Our webhook (`which` = webhook) or extender, with the args and env of its container; `argv0` runs the
-        module some other way than `python -m server.cli`; `image` runs our image instead, as the kubelet would
+        module some other way than `python -m cli`; `image` runs our image instead, as the kubelet would
         on the host's network: the ServiceAccount's token where a pod has it and the kubernetes Service's address
         in the environment the kubelet sets, so `--in-cluster` and the mounted paths stay as the chart says."""
         deployment, name, sa = OURS[which]
@@ -405,7 +404,7 @@ class Cluster(Rendered):
         if image is None:
             args = self.local_args(container["args"], mounts, self.service_account_kubeconfig(sa), self.ports[which])
             comp = self._component(which, args, self.env(deployment, container),
-                                   argv0=argv0 or [sys.executable, "-m", "server.cli"])
+                                   argv0=argv0 or [sys.executable, "-m", "cli"])
         else:
             args = self.local_args(container["args"], {}, None, self.ports[which])
             named = f"model-placement-{which}-{self.api_port}"
@@ -457,8 +456,8 @@ class Cluster(Rendered):
     def start_scheduler(self, component: str = "kube-scheduler",
                         edit: Callable[[dict[str, Any]], None] | None = None) -> Component:
         """kube-scheduler with the manifests' KubeSchedulerConfiguration; rewritten: the extender's urlPrefix,
-        its TLS file paths where it has any, and clientConnection.kubeconfig (the ServiceAccount's token, as in-cluster).
-        `edit` changes the configuration further (the bench's scheduler without the extender)."""
+        its TLS file paths where it has any, and clientConnection.kubeconfig (the ServiceAccount's token, as
+        in-cluster). `edit` changes the configuration further (the bench's scheduler without the extender)."""
         container = self.container("model-placement-scheduler", "kube-scheduler")
         mounts = {}  # a copy per scheduler process: each may have its own configuration
         for mount, local in self.materialize_volumes("model-placement-scheduler", container).items():
@@ -466,7 +465,7 @@ class Cluster(Rendered):
             shutil.copytree(local, mounts[mount], dirs_exist_ok=True)
         tls_dir = Path(self.tls.cert_file).parent  # an extender stanza with TLS trusts and presents the bundle
         kubeconfig = self.service_account_kubeconfig("model-placement-scheduler")
-        for mount, local in mounts.items():
+        for local in mounts.values():
             for path in local.glob("*.yaml"):
                 config = yaml.safe_load(path.read_text())
                 if config.get("kind") != "KubeSchedulerConfiguration":
@@ -509,7 +508,8 @@ class Cluster(Rendered):
         """Created as given; but a pod bound by name with a placement, as our extender leaves a pod, is created
         unbound and bound as our extender binds it: by a Binding that carries the placement, sent with our
         scheduler's ServiceAccount (the install refuses a pod created with one, and lets nobody else write it)."""
-        placed = [p for p in pods if p["spec"].get("nodeName") and PLACEMENT in (p["metadata"].get("annotations") or {})]
+        placed = [p for p in pods
+                  if p["spec"].get("nodeName") and PLACEMENT in (p["metadata"].get("annotations") or {})]
         unbound = [{**p, "metadata": {**p["metadata"], "annotations": {
             k: v for k, v in p["metadata"]["annotations"].items() if k != PLACEMENT}},
             "spec": {k: v for k, v in p["spec"].items() if k != "nodeName"}} for p in placed]

@@ -98,7 +98,7 @@ def pods_fingerprint(pods: Iterable[tuple[str, str]]) -> str:
     (NFD writes it, the scheduler's cache recomputes it): each pod hashed as XXH64(name) seeded with
     XXH64(namespace), the sorted hashes hashed again as little-endian words."""
     hashes = sorted(_xxh64(name.encode(), _xxh64(namespace.encode())) for namespace, name in pods)
-    return "pfp0v001%016x" % _xxh64(b"".join(h.to_bytes(8, "little") for h in hashes))
+    return f"pfp0v001{_xxh64(b''.join(h.to_bytes(8, 'little') for h in hashes)):016x}"
 
 
 def node_resource_topology(cluster: Cluster, name: str) -> dict[str, Any] | None:
@@ -118,9 +118,9 @@ class PodResources:
 
     def __init__(self, socket: Path, log: Path) -> None:
         self.socket = socket
-        self._log = open(log, "ab")
-        self.proc = subprocess.Popen([nrt_binary(), "podresources", f"-socket={socket}"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
+        with open(log, "ab") as err:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen([nrt_binary(), "podresources", f"-socket={socket}"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, start_new_session=True)
 
     def set(self, state: dict[str, Any]) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -142,7 +142,6 @@ class PodResources:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-        self._log.close()
 
 
 def _render_nfd(update_interval: str) -> list[dict[str, Any]]:

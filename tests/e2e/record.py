@@ -47,7 +47,8 @@ def fixture_name(path: str, body: dict[str, Any]) -> str | None:
 
 
 class Proxy:
-    """A front in the same scheme as the server it forwards to one of our servers and keeps the first request and answer of each kind."""
+    """A front in the same scheme as the server it forwards to one of our servers and keeps the first request and
+    answer of each kind."""
 
     def __init__(self, cluster: Cluster, which: str) -> None:
         self.cluster, self.which = cluster, which

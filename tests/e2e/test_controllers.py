@@ -116,7 +116,7 @@ def test_kserve_llm_workload_pods_are_placed_and_the_router_is_left_alone(cluste
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
     try:
         for fixture, (name, numa_nodes, cores) in KSERVE_PODS.items():
-            placed = wait_until(f"{name} bound", lambda: (p := cluster.api.get(
+            placed = wait_until(f"{name} bound", lambda name=name: (p := cluster.api.get(
                 f"/api/v1/namespaces/{MODEL_NS}/pods/{name}"))["spec"].get("nodeName") and p, timeout=90)
             ann = placed["metadata"]["annotations"]
             assert ann["cpu-policy.model-manager.io/numa-nodes"] == str(numa_nodes), (fixture, ann)

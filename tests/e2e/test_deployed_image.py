@@ -27,7 +27,8 @@ def test_our_servers_are_the_image_run_as_the_chart_runs_them(cluster: Cluster) 
         assert "--in-cluster" in info["Config"]["Cmd"]
         volumes = {v["name"]: v for v in cluster.pod_spec(deployment)["volumes"]}
         assert {m["Destination"]: m["RW"] for m in info["Mounts"]} == {SERVICE_ACCOUNT: False, **{
-            m["mountPath"]: not m.get("readOnly") for m in spec["volumeMounts"] if "emptyDir" not in volumes[m["name"]]}}
+            m["mountPath"]: not m.get("readOnly") for m in spec["volumeMounts"]
+            if "emptyDir" not in volumes[m["name"]]}}
 
 
 def test_sigterm_drains_each_server_which_exits_0_and_comes_back(cluster: Cluster) -> None:

@@ -63,8 +63,8 @@ def kstatic(cluster: Cluster) -> Iterator[Fleet]:
     fleet = Fleet(nodes)
     fleet.failed = failed
     try:
-        wait_until("each kubelet-static node's NodeResourceTopology", lambda: all(node_resource_topology(cluster, n) for n in NODES),
-                   timeout=60)
+        wait_until("each kubelet-static node's NodeResourceTopology",
+                   lambda: all(node_resource_topology(cluster, n) for n in NODES), timeout=60)
         FIGURES["fleet_start_s"] = round(time.monotonic() - started, 2)
         yield fleet
     finally:
@@ -137,7 +137,8 @@ def test_kubelet_static_nodes_run_model_pods_where_the_ledger_put_them(cluster: 
     started = time.monotonic()
     _apply(cluster, _ours(model_pod("ks-split", MODEL_NS, tp=1, cpu="10", memory="8Gi")))
     split = wait_until("ks-split Running", lambda: next(
-        (p for p in cluster.pods(MODEL_NS, "model-manager.io/model=ks-split") if p["status"].get("phase") == "Running"), None),
+        (p for p in cluster.pods(MODEL_NS, "model-manager.io/model=ks-split")
+         if p["status"].get("phase") == "Running"), None),
         timeout=60)
     FIGURES["bare_running_s"] = round(time.monotonic() - started, 2)
     assert split["spec"]["nodeName"] == "ks-restricted"

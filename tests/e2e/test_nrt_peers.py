@@ -132,7 +132,8 @@ def fleet(cluster: Cluster) -> Iterator[Fleet]:
             serving[name].set(state(held, kubelet))
             updaters.start(name, SHAPE, kubelet, socket)
         started = time.monotonic()
-        wait_until("every node's NodeResourceTopology", lambda: all(node_resource_topology(cluster, n) for n in names), timeout=60)
+        wait_until("every node's NodeResourceTopology",
+                   lambda: all(node_resource_topology(cluster, n) for n in names), timeout=60)
         figures["first_nrt_s"] = round(time.monotonic() - started, 2)
         uid = cluster.api.get("/api/v1/namespaces/node-feature-discovery")["metadata"]["uid"]
         yield Fleet(updaters, serving, uid, figures)
@@ -185,7 +186,7 @@ def test_topology_updater_writes_what_the_kubelet_reports(cluster: Cluster, flee
         "nrt-room": _expected_zones(True, (4, 0), (4, 0)),
         "nrt-nomem": _expected_zones(False, (0, 0), (0, 0)),
     }
-    for name, (held, kubelet) in NODES.items():
+    for name, (held, _kubelet) in NODES.items():
         nrt = node_resource_topology(cluster, name)
         assert nrt is not None
         attributes = [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
@@ -220,7 +221,8 @@ def test_topology_updater_writes_what_the_kubelet_reports(cluster: Cluster, flee
                                          "value": pods_fingerprint([(NS, room_0.name), (NS, burstable.name)])}
     fleet.podresources["nrt-room"].set(state(NODES["nrt-room"][0], KUBELET))
     wait_until("nrt-room's NRT with room-0 again",
-               lambda: _zones(node_resource_topology(cluster, "nrt-room") or {"zones": []}) == expected["nrt-room"], timeout=30)
+               lambda: _zones(node_resource_topology(cluster, "nrt-room") or {"zones": []}) == expected["nrt-room"],
+               timeout=30)
 
 
 def _next_nrt(cluster: Cluster, fleet: Fleet, name: str, held: list[Held]) -> dict[str, Any]:
@@ -229,8 +231,8 @@ def _next_nrt(cluster: Cluster, fleet: Fleet, name: str, held: list[Held]) -> di
     assert before is not None
     fleet.podresources[name].set(state(held, NODES[name][1]))
     return wait_until(f"{name}'s NRT after its pods became {[h.name for h in held]}", lambda: (
-        (n := node_resource_topology(cluster, name)) and n["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
-        and n), timeout=30)
+        (n := node_resource_topology(cluster, name))
+        and n["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"] and n), timeout=30)
 
 
 def test_pods_fingerprint_is_podfingerprints() -> None:

@@ -121,8 +121,8 @@ def test_only_model_placement_writes_where_a_pod_sits(cluster: Cluster) -> None:
                    "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}}
         path = cluster.root / "binding.json"
         path.write_text(json.dumps(binding))
-        done = cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{MODEL_NS}/pods/waiting/binding", "-f", str(path),
-                               kubeconfig=tenant, check=False)
+        done = cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{MODEL_NS}/pods/waiting/binding",
+                               "-f", str(path), kubeconfig=tenant, check=False)
         refused(done, OWNED, f"pod {MODEL_NS}/waiting: annotation {PLACEMENT} is model-placement's")
         assert not cluster.kubectl_json("-n", MODEL_NS, "get", "pod", "waiting")["spec"].get("nodeName")
 

@@ -33,7 +33,7 @@ def held_numa(ledger: dict[str, Any]) -> dict[str, list[tuple[int, int]]]:
 
 
 def model_placement(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "server.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
 
 
@@ -74,7 +74,7 @@ def test_kserve_deployment_is_mutated_bound_by_our_extender_and_pinned(cluster: 
             assert sum(h["cores"] for h in numa["held"]) <= numa["capacity"], numa
     assert holders == placed
     # Bound through pods/binding by our extender (bindVerb), with the ServiceAccount of manifests/.
-    status, metrics = cluster.get_ours("extender", "/metrics")
+    _status, metrics = cluster.get_ours("extender", "/metrics")
     bound_total = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.decode().splitlines()
                       if line.startswith("model_placement_extender_bind_total") and 'result="bound"' in line)
     assert bound_total >= 3, metrics.decode()[-2000:]
@@ -149,8 +149,8 @@ def test_model_pod_that_fits_nowhere_now_stays_pending_with_a_readable_reason(cl
                                         "--field-selector", "involvedObject.name=qwen-14b")["items"]
         if e["reason"] == "FailedScheduling"], timeout=60)
     describe = cluster.kubectl("-n", MODEL_NS, "describe", "pod", "qwen-14b").stdout
-    print("PodScheduled condition message (%d chars):\n%s" % (len(cond["message"]), cond["message"]))
-    print("FailedScheduling event message (%d chars):\n%s" % (len(events[0]["message"]), events[0]["message"]))
+    print(f"PodScheduled condition message ({len(cond['message'])} chars):\n{cond['message']}")
+    print(f"FailedScheduling event message ({len(events[0]['message'])} chars):\n{events[0]['message']}")
     assert cluster.kubectl_json("-n", MODEL_NS, "get", "pod", "qwen-14b")["status"]["phase"] == "Pending"
     assert cond["reason"] == "Unschedulable"
     assert cond["message"].startswith("0/1000 nodes are available")

@@ -62,7 +62,8 @@ def vnodes(cluster: Cluster) -> Iterator[dict[str, VirtualNode]]:
         yield {v.name: v for v in fleet}
     finally:
         FIGURES["plugin_restarts"] = {v.name: v.refusals for v in fleet if v.refusals}
-        FIGURES["plugin_rss_mib"] = {v.name: round(v.rss_bytes() / 2**20, 1) for v in fleet if v.peer and v.peer.proc.poll() is None}
+        FIGURES["plugin_rss_mib"] = {v.name: round(v.rss_bytes() / 2**20, 1) for v in fleet
+                                     if v.peer and v.peer.proc.poll() is None}
         print("vnode figures:", json.dumps(FIGURES))
         (cluster.root / "vnode-figures.json").write_text(json.dumps(FIGURES, indent=2))
         cluster.kubectl("-n", MODEL_NS, "delete", "deployment,pods", "-l", MARK, "--wait=false", check=False)
@@ -158,7 +159,7 @@ def test_model_pods_applied_with_kubectl_run_pinned_one_numa_node_per_rank_as_th
         # Observed placement: the extender's ledger holds the pod where the plugin's exported balloons say.
         seen: list[Any] = []
 
-        def held() -> list[dict[str, Any]] | None:
+        def held(node: str = node, key: str = key, seen: list[Any] = seen) -> list[dict[str, Any]] | None:
             ledger = debug_node(cluster, node)
             got = [{"numa": n["numa"], **h} for n in ledger["numa"] for h in n["held"] if h["pod"] == key]
             seen[:] = [got or ledger]

@@ -56,7 +56,7 @@ sys.stdout.buffer.write(b"%d\n" % status + data)
 # whether any of its top-level modules is loaded, and the packages (two levels deep) nothing loaded, with their size.
 PROBE = r"""
 import importlib, importlib.metadata as md, json, os, pkgutil, sys, sysconfig
-for top in ("placement", "webhook", "extender", "certs", "server"):
+for top in ("placement", "webhook", "extender", "certs", "server", "cli"):
     for found in pkgutil.walk_packages(importlib.import_module(top).__path__, top + "."):
         importlib.import_module(found.name)
 loaded = {}

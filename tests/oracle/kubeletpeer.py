@@ -144,7 +144,7 @@ class KubeletPeer(LinePeer):
     def __init__(self, *, verbosity: int | None = None, timeout: float = 60) -> None:
         """`verbosity` keeps the managers' own log (klog -v) in the log_tail of errors."""
         argv = [str(binary()), "kubelet", *([f"-v={verbosity}"] if verbosity is not None else [])]
-        super().__init__(argv, tempfile.TemporaryFile(), timeout=timeout)
+        super().__init__(argv, tempfile.TemporaryFile(), timeout=timeout)  # noqa: SIM115 - the peer closes it
 
     def __enter__(self) -> KubeletPeer:
         return self

@@ -113,7 +113,8 @@ def kubelet_json(s: Scenario) -> dict[str, Any]:
             "cpuManagerPolicyOptions": {o: "true" for o in s.options},
             "topologyManagerPolicy": s.policy, "topologyManagerScope": s.scope,
             "topologyManagerPolicyOptions": {"prefer-closest-numa-nodes": "true"} if s.prefer_closest else {},
-            "memoryManagerPolicy": s.memory_policy, "reservedMemory": {str(i): b for i, b in enumerate(s.reserved_memory)}}
+            "memoryManagerPolicy": s.memory_policy,
+            "reservedMemory": {str(i): b for i, b in enumerate(s.reserved_memory)}}
 
 
 def node_object(s: Scenario) -> dict[str, Any]:
@@ -138,7 +139,8 @@ def nfd_nrt(s: Scenario, free: list[int], reserved: CPUSet) -> dict[str, Any]:
         cap = len(n.cpus)
         alloc = cap - len(reserved & n.cpus)
         zones.append({"name": f"node-{n.id}", "type": "Node",
-                      "costs": [{"name": f"node-{j}", "value": d} for j, d in enumerate(machine_json(s)["distances"][n.id])],
+                      "costs": [{"name": f"node-{j}", "value": d}
+                                for j, d in enumerate(machine_json(s)["distances"][n.id])],
                       "resources": [{"name": "cpu", "capacity": str(cap), "allocatable": str(alloc),
                                      "available": str(free[n.id])},
                                     {"name": "memory", "capacity": str(s.memory_per_numa),

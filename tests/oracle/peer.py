@@ -10,9 +10,9 @@ the Go module cache), so a field the policy leaves out means what it means in a 
 Line protocol (one JSON object a line each way, answers in request order):
 
 start-up  ``balloons -host-root DIR -config-file POLICY.yaml`` (or ``-kubeconfig FILE`` with ``NODE_NAME`` set:
-          the policy is the node's BalloonsPolicy in that cluster, as the plugin's agent picks it) prints ``{"ready": true, "error": null}``, or
-          ``{"ready": false, "error": "<the plugin's own refusal>"}`` and exits when the plugin rejects the
-          policy.
+          the policy is the node's BalloonsPolicy in that cluster, as the plugin's agent picks it) prints
+          ``{"ready": true, "error": null}``, or ``{"ready": false, "error": "<the plugin's own refusal>"}`` and
+          exits when the plugin rejects the policy.
 create    ``{"op": "create", "pod": {"name", "namespace", "qos": "Guaranteed|Burstable|BestEffort",
           "annotations", "labels"}, "container": {"name", "cpu_request_m", "cpu_limit_m", "memory_limit",
           "annotations"}}``: RunPodSandbox the first time the pod (namespace/name) is seen, then
@@ -269,7 +269,8 @@ class BalloonsPeer(LinePeer):
     def __init__(self, shape: NodeShape, policy: dict[str, Any] | None = None, *, node: str | None = None,
                  kubeconfig: Path | None = None, log: Path | None = None, timeout: float = 120) -> None:
         if (policy is None) == (kubeconfig is None and node is None) or (kubeconfig is None) != (node is None):
-            raise ValueError("a peer's policy is a BalloonsPolicy, or a node and the kubeconfig its agent reads one with")
+            raise ValueError("a peer's policy is a BalloonsPolicy, or a node and the kubeconfig its agent reads one "
+                             "with")
         self.shape = shape
         executable = binary()  # first: the build brings the module the CRD defaults are read from
         # A node's sysfs is thousands of small files: in memory when the machine has a tmpfs for it.
@@ -284,7 +285,8 @@ class BalloonsPeer(LinePeer):
         else:
             source, env["NODE_NAME"] = ["-kubeconfig", str(kubeconfig)], str(node)
         super().__init__([str(executable), "-host-root", str(root), *source],
-                         open(log or Path(self._dir.name) / "stderr", "w+b"), env=env, timeout=timeout)
+                         open(log or Path(self._dir.name) / "stderr", "w+b"),  # noqa: SIM115 - the peer closes it
+                         env=env, timeout=timeout)
         try:
             hello = self._read()
         except PeerError:

@@ -125,7 +125,8 @@ def sysfs_files(shape: NodeShape) -> tuple[dict[str, str], dict[str, str]]:
                 files[f"{here}/hugepages/{pool}/{name}"] = "0"
         files[f"{here}/cpulist"] = cpulist(shape.numa_cpus(numa))
         files[f"{here}/distance"] = " ".join(str(shape.distance(numa, other)) for other in range(shape.numa_nodes))
-        files[f"{here}/meminfo"] = (f"Node {numa} MemTotal:       {kib} kB\nNode {numa} MemFree:        {kib * 9 // 10} kB\n"
+        files[f"{here}/meminfo"] = (f"Node {numa} MemTotal:       {kib} kB\n"
+                                    f"Node {numa} MemFree:        {kib * 9 // 10} kB\n"
                                     f"Node {numa} MemUsed:        {kib - kib * 9 // 10} kB")
     # The plugin reads the interrupts it may steer at start-up; a node without device interrupts has none.
     files["proc/interrupts"] = " ".join(f"CPU{cpu}" for cpu in range(shape.cpus))

@@ -123,7 +123,8 @@ def stream_model_pod(name: str, namespace: str, tp: int, cpu: str, sidecar: bool
 
 def plain_pod(name: str, namespace: str, cpu: str, burstable: bool = False) -> dict[str, Any]:
     requests = {"cpu": cpu, "memory": "64Mi"}
-    resources = {} if cpu == "0" else {"requests": requests} if burstable else {"requests": requests, "limits": requests}
+    resources = {} if cpu == "0" else {"requests": requests} if burstable else \
+        {"requests": requests, "limits": requests}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "labels": {"app": name}},
             "spec": {"containers": [{"name": "app", "resources": resources}]}, "status": {"phase": "Pending"}}
@@ -191,7 +192,8 @@ def play(node: BalloonsPeer, group: Group, seed: int, tally: Tally) -> None:
             mutated = mutate_pod(body, cluster).pod
             run = peer_pod(mutated)
             peer = run.pod
-            demand = read_model_pod(mutated, SETTINGS) if mutated["metadata"]["labels"].get("model-manager.io/model") else None
+            demand = (read_model_pod(mutated, SETTINGS) if mutated["metadata"]["labels"].get("model-manager.io/model")
+                      else None)
             verdict = cluster.fit(demand, cluster.ledger(NODE)) if demand is not None else None  # type: ignore[arg-type]
             results = run_pod(node, run)
             # A failed init container leaves the model container never created: the pod fails there.
@@ -273,7 +275,8 @@ def shared_pod(node: BalloonsPeer, cluster: ClusterState, tally: Tally, where: s
         if verdict.ok and not ran:
             tally.bad.append(f"{what}: ledger admits it best-effort, the plugin fails it: {error}")
         elif verdict.ok:
-            held = {b.type for b in node.balloons() for c in b.containers if c.startswith(f"{namespace}/{meta['name']}/")}
+            held = {b.type for b in node.balloons() for c in b.containers
+                    if c.startswith(f"{namespace}/{meta['name']}/")}
             if held != {balloon}:
                 tally.bad.append(f"{what}: ledger holds it in {balloon}, the plugin runs it in {sorted(held)}")
         elif ran:

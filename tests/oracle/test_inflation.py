@@ -60,7 +60,8 @@ def test_random_churn_of_system_and_model_pods_keeps_the_ledger_on_the_plugins_n
                 roll = rng.random()
                 if roll < 0.45 or not node.pods:
                     cpu = rng.choice((2, 4, 6, 8, 12, 16, 24, 30, 40, 48))
-                    unplaced += not node.add_system(f"sys-{seed}-{step}", rng.choice(("kube-system", "monitoring")), cpu)
+                    namespace = rng.choice(("kube-system", "monitoring"))
+                    unplaced += not node.add_system(f"sys-{seed}-{step}", namespace, cpu)
                 elif roll < 0.7 and system:
                     node.delete(rng.choice(system))
                 elif roll < 0.85:

@@ -155,7 +155,8 @@ def test_case_j_lowest_id_numa_node_against_fullest_first(kubelet: KubeletPeer, 
         assert four.containers["a"].cpus == cpus("1-2,17-18")  # NUMA0: the lowest id that fits
     big = add(kubelet, "seventeen", 17)  # more than a NUMA node holds, 14 free in all
     assert not big.admit
-    shortage = "Pod was rejected: Allocate failed due to not enough cpus available to satisfy request: {}, which is unexpected"
+    shortage = ("Pod was rejected: Allocate failed due to not enough cpus available to satisfy request: {}, "
+                "which is unexpected")
     if policy == "none":
         assert (big.reason, big.message) == ("UnexpectedAdmissionError", shortage.format("requested=17, available=14"))
     elif policy == "best-effort":  # the 14 aligned CPUs taken first, then 3 more that are not there
@@ -254,7 +255,8 @@ def test_init_cpus_can_leak_beyond_the_pods_request() -> None:
 
 def test_sidecar_cpus_are_not_reused_and_podresources_lists_sidecars_not_init(kubelet: KubeletPeer) -> None:
     node(kubelet)
-    got = kubelet.add(v1_pod("p", container("app", 2), init=[container("init", 2), container("proxy", 2, sidecar=True)]))
+    got = kubelet.add(v1_pod("p", container("app", 2),
+                             init=[container("init", 2), container("proxy", 2, sidecar=True)]))
     assert got.admit
     assert not got.containers["proxy"].cpus & got.containers["app"].cpus
     listing = kubelet.podresources()
@@ -321,6 +323,7 @@ def test_static_memory_manager_needs_reserved_memory(kubelet: KubeletPeer) -> No
 def test_a_bad_line_is_answered_and_the_node_goes_on(kubelet: KubeletPeer) -> None:
     node(kubelet)
     assert kubelet.send({"op": "resize"}) == {"error": 'unknown op "resize" (add, remove, podresources)'}
-    assert "uid" in kubelet.send({"op": "add", "pod": {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "a"}]}}})["error"]
+    no_uid = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "a"}]}}
+    assert "uid" in kubelet.send({"op": "add", "pod": no_uid})["error"]
     assert kubelet.remove("nobody") == (False, (NUMA0 - {0, 16}, NUMA1))
     assert add(kubelet, "ok", 2).admit

@@ -146,7 +146,7 @@ def test_reserved_cpuset_is_not_held_unless_the_reserved_type_sets_min_cpus() ->
     # balloons-policy.go fillBuiltinBalloonDefs: MinCpus = |cpuset| only if that is < MaxCpus, and the
     # implicit reserved type's MaxCpus is 0 (no limit), so MinCpus stays 0 and the reserved balloon is empty.
     with BalloonsPeer(TWO_SOCKETS, policy({"name": "vllm-balloon-tp1", **MODEL_TYPE})) as node:
-        assert not [b.cpus for b in node.balloons() if b.type == "reserved"][0]
+        assert not next(b.cpus for b in node.balloons() if b.type == "reserved")
         greedy = node.create(model_pod("m1", "vllm-balloon-tp1"), model("64"))
         taken = balloon_of(node, "models/m1/vllm").cpus
         system = node.create(Pod("dns", "kube-system", qos="Burstable"), Container("coredns", cpu="100m"))
@@ -248,7 +248,8 @@ def test_a_refused_update_keeps_the_previous_configuration() -> None:
         refused = node.reconfigure(policy({"name": "vllm-balloon-tp1", **MODEL_TYPE, "minCPUs": 8, "maxCPUs": 4}))
         after = node.balloons()
         still = node.create(model_pod("m2", "vllm-balloon-tp1"), model("8"))
-        applied = node.reconfigure(policy({"name": "vllm-balloon-tp1", **MODEL_TYPE}, {"name": "vllm-balloon-tp2", **MODEL_TYPE}))
+        applied = node.reconfigure(policy({"name": "vllm-balloon-tp1", **MODEL_TYPE},
+                                          {"name": "vllm-balloon-tp2", **MODEL_TYPE}))
         new_type = node.create(model_pod("m3", "vllm-balloon-tp2"), model("8"))
     assert refused is not None and "MinCpus" in refused
     assert after == before and still.ok  # the running balloons and the old types are untouched

@@ -69,7 +69,8 @@ PLUGIN_REFUSED: dict[str, tuple[str, Spec, str]] = {
     "reserved-count-exceeds-node": (MIN_BALLOONS_DO_NOT_FIT, policy(reserved="20"), "not enough free CPUs"),
     "duplicate-name": (PLUGIN_REFUSES, policy({"name": "a"}, {"name": "a"}), "two balloon types with the same name"),
     "empty-name": (PLUGIN_REFUSES, policy({"name": ""}), "missing or empty name in a balloon type"),
-    "min-cpus-above-max": (PLUGIN_REFUSES, policy({"name": "a", "minCPUs": 4, "maxCPUs": 2}), "MinCpus (4) > MaxCpus (2)"),
+    "min-cpus-above-max": (PLUGIN_REFUSES, policy({"name": "a", "minCPUs": 4, "maxCPUs": 2}),
+                           "MinCpus (4) > MaxCpus (2)"),
     # The plugin's message prints minCPUs/maxCPUs there (balloons-policy.go:1735): "MinBalloons (0) > MaxBalloons (0)".
     "min-balloons-above-max": (PLUGIN_REFUSES, policy({"name": "a", "minBalloons": 3, "maxBalloons": 2}),
                                "MinBalloons (0) > MaxBalloons (0)"),

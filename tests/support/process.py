@@ -21,7 +21,7 @@ def command() -> list[str]:
     script = Path(sys.executable).with_name("model-placement")
     if script.exists() and _installed_from_here():
         return [str(script)]
-    return ["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "server.cli"]  # this checkout, from any directory
+    return ["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "cli"]  # this checkout, from any directory
 
 
 def _installed_from_here() -> bool:

@@ -11,8 +11,8 @@ from pathlib import Path
 from aiohttp import web
 
 from certs import server_ssl_context, write_bundle
+from cli.runner import build_app
 from server.app import Runtime
-from server.runner import build_app
 
 SERVICE, NAMESPACE = "model-placement-webhook", "model-placement"
 SERVER_NAME = f"{SERVICE}.{NAMESPACE}.svc"

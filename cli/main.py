@@ -31,8 +31,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # -- commands ----------------------------------------------------------------------------------------
 
 def run_render(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
+    from cli.render import dump_yaml, exit_code, print_text, render
     from server.inputs import load_manifests
-    from server.render import dump_yaml, exit_code, print_text, render
 
     objects = load_manifests(args.file)  # before the cluster: a typo in FILE should not wait for a list
     results = render(objects, load_cluster(args, settings, say))
@@ -46,7 +46,7 @@ def run_render(args: argparse.Namespace, settings: Settings, say: Callable[[str]
 
 
 def run_report(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
-    from server.report import print_table, report
+    from cli.report import print_table, report
 
     state = load_cluster(args, settings, say)
     if args.output == "json":
@@ -57,8 +57,8 @@ def run_report(args: argparse.Namespace, settings: Settings, say: Callable[[str]
 
 
 def run_balloons_policy(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
-    from server.policies import UnknownNode, balloons_policies
-    from server.render import dump_yaml
+    from cli.policies import UnknownNode, balloons_policies
+    from cli.render import dump_yaml
 
     state = load_cluster(args, settings, say)
     try:
@@ -78,7 +78,7 @@ def run_certs(args: argparse.Namespace) -> int:
 
 
 def run_server(args: argparse.Namespace, settings: Settings) -> int:
-    from server.runner import run
+    from cli.runner import run
 
     try:
         return asyncio.run(run(args, settings))
@@ -295,7 +295,7 @@ def _main(argv: Sequence[str] | None) -> int:
         settings = load_settings(args.config)
         if args.command in SERVERS:
             return run_server(args, settings)
-        from server.explain import run_explain
+        from cli.explain import run_explain
 
         commands = {"render": run_render, "report": run_report, "balloons-policy": run_balloons_policy,
                     "explain": run_explain}
@@ -305,7 +305,3 @@ def _main(argv: Sequence[str] | None) -> int:
         # pod shows the one sentence, not a JSON record to unpick.
         say(str(exc))
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

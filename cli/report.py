@@ -1,9 +1,12 @@
-"""`report`: the ledger as a person reads it, in fixed-width columns that fit 120 characters, with a legend."""
+"""`report`: the ledger as a person reads it, in fixed-width columns that fit 120 characters, a bar of each NUMA
+node's model cores, and a legend."""
 
 from __future__ import annotations
 
+import math
 import sys
 import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 from placement import kubelet as kub
@@ -17,9 +20,13 @@ WIDTH = 120
 COLUMNS = (("NUMA", 6, True), ("CPUS", 22, False), ("RESERVED", 14, False), ("CORES", 5, True),
            ("FREE", 5, True), ("MEM", 6, True))
 POD_TITLE = "MODEL PODS (balloon, cores held here)"
+# Each NUMA node's model cores also as a bar, so that where there is room reads at a glance down a fleet.
+HELD, LENT, FREE = "█", "▒", "·"
+BAR_CELLS = 64  # the widest bar (it fits WIDTH with its counts); bigger NUMA nodes draw a cell for every few cores
 LEGEND = ("CORES: physical cores of the NUMA node that no reserved CPU touches (what model pods can hold). "
           "FREE: of those, not held by model pods nor lent to the shared pool. MEM: free memory a model rank could "
-          "still pin there. assumed: bound by the extender, not yet seen running. observed: where the NRI plugin "
+          f"still pin there. The bar under each NUMA node draws its CORES: {HELD} held, {LENT} lent, {FREE} free. "
+          "assumed: bound by the extender, not yet seen running. observed: where the NRI plugin "
           "reports it; '!' marks a pod it spread or put on shared cores. placement unknown: no recorded placement "
           "(bound by another scheduler or before the install) nor exported balloon: counted on every NUMA node it "
           "could use.")
@@ -57,6 +64,27 @@ def row(values: list[str]) -> list[str]:
     return out
 
 
+def bar(held: int, lent: int, free: int) -> str:
+    """Cores held, lent to the shared pool and free as one cell a core, or, past BAR_CELLS, one cell for every
+    `per` cores, each part drawn in proportion and none that has a core drawn empty; then the counts."""
+    counts = (held, lent, free)
+    per = max(1, math.ceil(sum(counts) / BAR_CELLS))
+    cells = _apportion(counts, math.ceil(sum(counts) / per), per)
+    scale = f"; a cell is {per} cores" if per > 1 else ""
+    drawn = "".join(mark * n for mark, n in zip((HELD, LENT, FREE), cells))
+    return f"{drawn}  {held} held, {lent} lent, {free} free{scale}"
+
+
+def _apportion(counts: Sequence[int], cells: int, per: int) -> list[int]:
+    """`cells` shared out in proportion to `counts` (largest remainder), at least one to each count above 0."""
+    out = [max(c // per, 1 if c else 0) for c in counts]
+    while sum(out) < cells:
+        out[max(range(len(counts)), key=lambda i: counts[i] / per - out[i])] += 1
+    while sum(out) > cells:
+        out[max((i for i in range(len(counts)) if out[i] > 1), key=lambda i: out[i] - counts[i] / per)] -= 1
+    return out
+
+
 def describe_node(ledger: NodeLedger) -> str:
     topo = ledger.topology
     cores = len(topo.numa_nodes[0].cores) if topo.numa_nodes else 0
@@ -87,6 +115,8 @@ def print_table(state: ClusterState, out: Any = sys.stdout) -> None:
         free = ledger.free()
         memory = ledger.free_memory()
         for numa in ledger.topology.numa_nodes:
+            held = sum(c for h in ledger.holdings.values() for n, c in h.per_numa if n == numa.id)
+            lent = max(0, ledger.capacity[numa.id] - held - free[numa.id])
             pods = [f"{'!' if h.note else ''}{h.pod.split('/', 1)[-1]} ({h.balloon_type or 'kubelet-static'}, {c}"
                     f"{', assumed' if h.assumed else ''}{', observed' if h.observed else ''}"
                     f"{', placement unknown' if h.unknown else ''}"
@@ -96,6 +126,7 @@ def print_table(state: ClusterState, out: Any = sys.stdout) -> None:
                       str(ledger.capacity[numa.id]), str(free[numa.id]),
                       fmt_bytes(memory[numa.id]) if memory else "-", "; ".join(pods) or "-"]
             print(*row(values), sep="\n", file=out)
+            print(" " * (COLUMNS[0][1] + 1) + bar(held, lent, free[numa.id]), file=out)
         free_total += sum(free)
         cores_total += sum(ledger.capacity)
     print(file=out)
