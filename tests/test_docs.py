@@ -276,3 +276,17 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
                     "no module no_such_module",
                     "no program no-such-program-here (not in the repository, pyproject.toml's scripts or PATH)"]
 
+
+
+def test_every_metric_is_in_operations() -> None:
+    """Each metric the servers register, wherever they register it, is in docs/operations.md (written in full or as
+    `…_<rest>`)."""
+    tool = pyproject()["tool"]
+    assert isinstance(tool, dict)
+    packages = [d for pattern in tool["setuptools"]["packages"]["find"]["include"] for d in ROOT.glob(pattern)]
+    metric = re.compile(r"(?:Counter|Gauge|Histogram|Summary)\(\s*\"model_placement_(\w+)\"")
+    names = {m for d in packages for p in d.rglob("*.py") for m in metric.findall(p.read_text())}
+    assert len(names) > 10, names
+    text = (ROOT / "docs" / "operations.md").read_text()
+    missing = sorted(n for n in names if not re.search(rf"(model_placement|…)_{n}\b", text))
+    assert not missing, f"metrics not in docs/operations.md: {', '.join(missing)}"
