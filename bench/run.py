@@ -1,7 +1,7 @@
 """Every benchmark, one after the other, each in its own process, each against a baseline it measures
 in the same run (these machines are noisy: read the ratios and medians, not the absolute figures).
 
-    python bench/run.py            # the figures quoted in the README
+    python bench/run.py            # the figures quoted in docs/performance.md
     python bench/run.py --quick    # smaller sizes, a minute or two
 
 1. webhook /mutate over TLS, 32 keep-alive clients, vs a bare aiohttp parse-and-echo handler;

@@ -25,7 +25,7 @@ from webhook.patch import apply_patch
 from webhook.review import POD_SHAPE, WORKLOAD_SHAPE, ReviewError, parse_review, shape_problem
 from webhook.routes import Context, Outcome, mutate_review, validate_review
 
-# Exit codes: the command line's (README.md, "Command line").
+# Exit codes: the command line's (docs/operations.md, "The command line").
 ADMITTED, BAD_INPUT, REFUSED = 0, 2, 3
 JUDGED = ("Pod", *WORKLOAD_KINDS)
 

@@ -21,11 +21,12 @@ COLUMNS = (("NUMA", 6, True), ("CPUS", 22, False), ("RESERVED", 14, False), ("CO
            ("FREE", 5, True), ("MEM", 6, True))
 POD_TITLE = "MODEL PODS (balloon, cores held here)"
 # Each NUMA node's model cores also as a bar, so that where there is room reads at a glance down a fleet.
-HELD, LENT, FREE = "█", "▒", "·"
+HELD, SHARED, FREE = "█", "▒", "·"
 BAR_CELLS = 64  # the widest bar (it fits WIDTH with its counts); bigger NUMA nodes draw a cell for every few cores
 LEGEND = ("CORES: physical cores of the NUMA node that no reserved CPU touches (what model pods can hold). "
           "FREE: of those, not held by model pods nor lent to the shared pool. MEM: free memory a model rank could "
-          f"still pin there. The bar under each NUMA node draws its CORES: {HELD} held, {LENT} lent, {FREE} free. "
+          f"still pin there. The bar under each NUMA node draws its CORES: {HELD} held, {SHARED} in the shared pool, "
+          f"{FREE} free. "
           "assumed: bound by the extender, not yet seen running. observed: where the NRI plugin "
           "reports it; '!' marks a pod it spread or put on shared cores. placement unknown: no recorded placement "
           "(bound by another scheduler or before the install) nor exported balloon: counted on every NUMA node it "
@@ -64,15 +65,15 @@ def row(values: list[str]) -> list[str]:
     return out
 
 
-def bar(held: int, lent: int, free: int) -> str:
-    """Cores held, lent to the shared pool and free as one cell a core, or, past BAR_CELLS, one cell for every
+def bar(held: int, shared: int, free: int) -> str:
+    """Cores held, in the shared pool and free as one cell a core, or, past BAR_CELLS, one cell for every
     `per` cores, each part drawn in proportion and none that has a core drawn empty; then the counts."""
-    counts = (held, lent, free)
+    counts = (held, shared, free)
     per = max(1, math.ceil(sum(counts) / BAR_CELLS))
     cells = _apportion(counts, math.ceil(sum(counts) / per), per)
     scale = f"; a cell is {per} cores" if per > 1 else ""
-    drawn = "".join(mark * n for mark, n in zip((HELD, LENT, FREE), cells))
-    return f"{drawn}  {held} held, {lent} lent, {free} free{scale}"
+    drawn = "".join(mark * n for mark, n in zip((HELD, SHARED, FREE), cells))
+    return f"{drawn}  {held} held, {shared} shared, {free} free{scale}"
 
 
 def _apportion(counts: Sequence[int], cells: int, per: int) -> list[int]:
@@ -116,7 +117,7 @@ def print_table(state: ClusterState, out: Any = sys.stdout) -> None:
         memory = ledger.free_memory()
         for numa in ledger.topology.numa_nodes:
             held = sum(c for h in ledger.holdings.values() for n, c in h.per_numa if n == numa.id)
-            lent = max(0, ledger.capacity[numa.id] - held - free[numa.id])
+            shared = max(0, ledger.capacity[numa.id] - held - free[numa.id])
             pods = [f"{'!' if h.note else ''}{h.pod.split('/', 1)[-1]} ({h.balloon_type or 'kubelet-static'}, {c}"
                     f"{', assumed' if h.assumed else ''}{', observed' if h.observed else ''}"
                     f"{', placement unknown' if h.unknown else ''}"
@@ -126,7 +127,7 @@ def print_table(state: ClusterState, out: Any = sys.stdout) -> None:
                       str(ledger.capacity[numa.id]), str(free[numa.id]),
                       fmt_bytes(memory[numa.id]) if memory else "-", "; ".join(pods) or "-"]
             print(*row(values), sep="\n", file=out)
-            print(" " * (COLUMNS[0][1] + 1) + bar(held, lent, free[numa.id]), file=out)
+            print(" " * (COLUMNS[0][1] + 1) + bar(held, shared, free[numa.id]), file=out)
         free_total += sum(free)
         cores_total += sum(ledger.capacity)
     print(file=out)

@@ -129,7 +129,7 @@ class Settings(BaseModel):
 
 
 
-# The short names the README documents, besides every key's generic variable (`_env_name`).
+# The short names docs/configuration.md documents, besides every key's generic variable (`_env_name`).
 _ENV_ALIASES: dict[str, str] = {
     "MM_CPU_POLICY": "kubernetes_cpu_policy",
     "MM_NRI_PREFLIGHT": "preflight",

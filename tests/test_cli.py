@@ -34,7 +34,7 @@ def test_report_draws_each_numa_nodes_model_cores_held_lent_and_free() -> None:
     """One bar under each NUMA node, in the order of the JSON: a cell per model core, held (the pods' cores
     there), lent to the shared pool (what neither they nor FREE account for) and free, as the ledger counts them."""
     text = run("report").stdout
-    bars = re.findall(r"^ {7}([█▒·]*)  (\d+) held, (\d+) lent, (\d+) free$", text, re.MULTILINE)
+    bars = re.findall(r"^ {7}([█▒·]*)  (\d+) held, (\d+) shared, (\d+) free$", text, re.MULTILINE)
     expected = []
     for ledger in json.loads(run("report", "-o", "json").stdout):
         for numa in ledger["numa"]:
@@ -50,9 +50,9 @@ def test_report_draws_each_numa_nodes_model_cores_held_lent_and_free() -> None:
 def test_a_bar_past_64_cells_draws_a_cell_for_every_few_cores_and_keeps_each_part_seen() -> None:
     from cli.report import bar
 
-    assert bar(100, 3, 25) == "█" * 50 + "▒" * 2 + "·" * 12 + "  100 held, 3 lent, 25 free; a cell is 2 cores"
-    assert bar(1, 0, 191) == "█" + "·" * 63 + "  1 held, 0 lent, 191 free; a cell is 3 cores"
-    assert bar(2, 0, 0) == "██  2 held, 0 lent, 0 free"
+    assert bar(100, 3, 25) == "█" * 50 + "▒" * 2 + "·" * 12 + "  100 held, 3 shared, 25 free; a cell is 2 cores"
+    assert bar(1, 0, 191) == "█" + "·" * 63 + "  1 held, 0 shared, 191 free; a cell is 3 cores"
+    assert bar(2, 0, 0) == "██  2 held, 0 shared, 0 free"
 
 
 def test_report_json_carries_the_ledger() -> None:

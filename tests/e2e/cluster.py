@@ -490,7 +490,7 @@ class Cluster(Rendered):
 
     def create_namespace(self, name: str, enabled: bool, labels: dict[str, str] | None = None) -> None:
         """`enabled`: opted in to our webhooks. One that is not stands for pods placed before the install or by
-        hand, which may carry model balloon types (the install's widening label, docs/install.md "What
+        hand, which may carry model balloon types (the install's widening label, docs/rules.md "What
         model-placement owns on a pod"), unless `labels` says otherwise."""
         if labels is None:
             labels = {"model-placement.io/enabled": "true"} if enabled else \
