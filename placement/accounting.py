@@ -469,6 +469,18 @@ def build_kubelet_ledger(name: str, labels: Mapping[str, str], topo: Topology, n
         ledger.kubelet_put(kub.reconcile(node, ledger.kstate, published, unknown, UNSEEN))
     elif ledger.kstate is not None and unknown:
         ledger.kubelet_put(kub.pessimize(node, ledger.kstate, unknown, UNSEEN))
+    published_memory = kubeletnode.zone_memory_available(nrt, topo.numa_count)
+    state = ledger.kstate
+    if state is not None and state.memory is not None and published_memory is not None and unknown:
+        memory = kub.reconcile_memory(state.memory, published_memory, unknown)
+        if memory is not state.memory:
+            moved = state.copy()
+            moved.memory = memory
+            ledger.kubelet_put(moved)
+        if any(ours > theirs for ours, theirs in zip(memory.free, published_memory)):
+            # Observed beats predicted in bytes only: where the blocks cannot be made to agree, the groups they
+            # formed cannot be read back either.
+            ledger.memory_unknown = frozenset(uid for uid in unknown if memory.blocks.get(uid))
     return ledger
 
 

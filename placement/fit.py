@@ -233,7 +233,8 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
         # The kubelet's answer depends on which CPUs are free, not only how many, and on what its predicate sums.
         state = ledger.kstate
         key += (state.default, state.used,
-                None if state.memory is None else (state.memory.free, state.memory.count, state.memory.cells))
+                None if state.memory is None else (state.memory.free, state.memory.count, state.memory.cells),
+                bool(ledger.memory_unknown))
     elif demand.policy not in EXCLUSIVE_POLICIES:
         key += (ledger.shared_milli,
                 ledger.shared_growth(demand.namespace, demand.unpinned_milli + demand.shared_milli, containers=True))
@@ -480,6 +481,8 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
     if why is not None or pod is None:
         return _refuse(name, reasons.NotPinned(why or ""), False, fp)
     empty = _kubelet_on_empty(node, pod)
+    if ledger.memory_unknown and not isinstance(empty, kub.Rejected):
+        return _refuse(name, reasons.MemoryPlacementUnknown(len(ledger.memory_unknown)), True, fp)
     answer = empty if isinstance(empty, kub.Rejected) else kub.admit(node, state, pod)
     if isinstance(answer, kub.Rejected):
         never = answer is empty

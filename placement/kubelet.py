@@ -1145,6 +1145,32 @@ def reconcile(node: KubeletNode, state: KState, published: Sequence[int], unknow
     return after
 
 
+def reconcile_memory(mem: MemoryState, published: Sequence[int], unknown: Iterable[str]) -> MemoryState:
+    """The Memory Manager's state with the single-NUMA blocks of pods of unknown placement moved, one by one, from
+    NUMA nodes where it shows less free memory than node-feature-discovery published to ones where it shows at
+    least that block more, as long as that brings them closer (most blocks of small pods are single-NUMA, and a
+    replay in creation order puts them where the pods since gone left room)."""
+    diff = [ours - theirs for ours, theirs in zip(mem.free, published)]  # > 0: a block is missing there
+    after = mem
+    for uid in unknown:
+        for name, (numa, size) in list(after.blocks.get(uid, {}).items()):
+            here = numa.bit_length() - 1
+            if numa.bit_count() != 1 or diff[here] >= 0 or size == 0:
+                continue
+            there = next((i for i in sorted(range(len(diff)), key=lambda i: (diff[i] != size, i))
+                          if diff[i] >= size), None)
+            if there is None:
+                continue
+            diff[here] += size
+            diff[there] -= size
+            moved = _release_memory(after, {name: (numa, size)})
+            free, count, cells = list(moved.free), list(moved.count), list(moved.cells)
+            _charge(free, count, cells, 1 << there, size)
+            blocks = {**moved.blocks, uid: {**moved.blocks[uid], name: (1 << there, size)}}
+            after = MemoryState(tuple(free), tuple(count), tuple(cells), mem.allocatable, blocks)
+    return after
+
+
 def pessimize(node: KubeletNode, state: KState, unknown: Iterable[str], unseen: str) -> KState:
     """Where nothing says where the pods of unknown placement are (no NodeResourceTopology), each NUMA node is
     charged as if they were all there: the CPUs they were guessed to hold elsewhere are held on it too, so nothing

@@ -78,6 +78,19 @@ def zone_available(nrt: Mapping[str, Any] | None, numa_count: int) -> tuple[int,
     return tuple(zones[i][2] for i in range(numa_count))
 
 
+def zone_memory_available(nrt: Mapping[str, Any] | None, numa_count: int) -> tuple[int, ...] | None:
+    """The free memory per NUMA node (bytes) the node last published: the Memory Manager's blocks, as
+    node-feature-discovery reads them from podresources, taken from each zone's allocatable; None unless every NUMA
+    node has a figure."""
+    out: dict[int, int] = {}
+    for numa, res in zone_resources(nrt, "memory").items():
+        with contextlib.suppress(QuantityError):
+            out[numa] = memory_bytes(res.get("available"))
+    if sorted(out) != list(range(numa_count)):
+        return None
+    return tuple(out[i] for i in range(numa_count))
+
+
 def _packages(nrt: Mapping[str, Any] | None, numa_count: int) -> int:
     for zone in (nrt or {}).get("zones") or ():
         costs = [c.get("value") for c in zone.get("costs") or () if isinstance(c, Mapping)]

@@ -243,6 +243,9 @@ class NodeLedger:
     # decides what it admits next (which CPUs are free, not only how many).
     kubelet: kub.KubeletNode | None = None
     kstate: kub.KState | None = field(init=False, default=None)
+    # Pods of unknown placement holding memory of a Static Memory Manager that the node's NodeResourceTopology says
+    # is elsewhere than replayed: its NUMA groups, which decide its next hints, are unknown while they run.
+    memory_unknown: frozenset[str] = field(init=False, default=frozenset())
 
     def __post_init__(self) -> None:
         policy = self.nri.policy
@@ -321,6 +324,7 @@ class NodeLedger:
     def _kubelet_remove(self, uid: str) -> None:
         if self.kubelet is not None and self.kstate is not None and uid in self.kstate.requested:
             self.kstate = kub.remove(self.kstate, uid)
+            self.memory_unknown -= {uid}
             self._free = None
             self.stamps.take(self.name)
 
@@ -768,6 +772,7 @@ class NodeLedger:
                 if uid not in kept_uids:
                     state = kub.remove(state, uid)
             copy.kstate = state
+            copy.memory_unknown = self.memory_unknown & kept_uids
         # The shared balloons as they are: re-adding their pods would resize them from what is free in the copy.
         copy.shared, copy._shared_total = dict(self.shared), self._shared_total
         copy._shared_by_type, copy._shared_count = dict(self._shared_by_type), dict(self._shared_count)

@@ -307,6 +307,21 @@ class PlacementUnknown(NamedTuple):
                 "showContainersInNrt: true in the BalloonsPolicy")
 
 
+class MemoryPlacementUnknown(NamedTuple):
+    """kubelet-static, Static Memory Manager: pods of unknown placement hold memory where the node's
+    NodeResourceTopology says it is not where they were replayed."""
+
+    pods: int
+    check: str = PLACEMENT_UNKNOWN
+
+    def text(self) -> str:
+        pods = f"{self.pods} pod{'s' if self.pods != 1 else ''}"
+        return (f"the kubelet's Static Memory Manager holds memory of {pods} with no recorded placement, not where "
+                "they were replayed (the node's NodeResourceTopology says so): which NUMA nodes it would give this "
+                "pod is unknown; judged again when they leave or the NodeResourceTopology agrees. To change: "
+                "re-create them through this scheduler")
+
+
 class PodLeaving(NamedTuple):
     numa: tuple[int, ...]  # where the balloon goes while the terminating pods' balloons stand
     instead: tuple[int, ...]  # where once they are gone; (): nowhere with a NUMA node per rank
@@ -463,8 +478,8 @@ class AlreadyBound(NamedTuple):
 Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
           | MemoryExceedsNuma | TypeSpansFewer | MaxBalloons | SharesBalloon | RanksCrowded
-          | PlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | PackagesUnseen | SidecarsNoRoom | InitNoRoom
-          | InitExceedsNode | NoFreeMemory
+          | PlacementUnknown | MemoryPlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | PackagesUnseen
+          | SidecarsNoRoom | InitNoRoom | InitExceedsNode | NoFreeMemory
           | PoolTaken | Unsettled | UnknownNode | AlreadyBound | NotKubeletNode | NotPinned | KubeletRejects)
 
 

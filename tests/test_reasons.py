@@ -60,6 +60,10 @@ CASES: list[tuple[r.Reason, str, str]] = [
      "the balloons plugin may pick NUMA nodes without room for it (model pods here with no recorded placement count "
      "on every NUMA node they could use: bound by another scheduler or before model-placement was installed); "
      "re-create them through this scheduler, or set showContainersInNrt: true in the BalloonsPolicy"),
+    (r.MemoryPlacementUnknown(2), r.PLACEMENT_UNKNOWN,
+     "the kubelet's Static Memory Manager holds memory of 2 pods with no recorded placement, not where they were "
+     "replayed (the node's NodeResourceTopology says so): which NUMA nodes it would give this pod is unknown; judged "
+     "again when they leave or the NodeResourceTopology agrees. To change: re-create them through this scheduler"),
     (r.PodLeaving((0,), (3,)), r.POD_LEAVING,
      "a pod here is terminating and the balloons plugin may already have removed its balloon, after which it would "
      "put this one on NUMA node 3, not on NUMA node 0; judged again once that pod is gone"),

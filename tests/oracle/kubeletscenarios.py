@@ -6,6 +6,7 @@ live ledger fed the same pods in the same order, model pods bound as the extende
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ from placement.fit import Fit
 from placement.ledger import PLACEMENT
 from placement.mutation import mutate_pod
 from placement.topology import SMT_LABEL, CPUSet, linux_layout
-from tests.oracle.kubeletpeer import KubeletPeer, Verdict
+from tests.oracle.kubeletpeer import KubeletPeer, Listing, Verdict
 
 NODE = "node-0"
 GROUP_LABEL = "example.com/kubelet-group"
@@ -129,22 +130,43 @@ def node_object(s: Scenario) -> dict[str, Any]:
                                                    "memory": str(memory - sum(s.reserved_memory))}}}
 
 
-def nfd_nrt(s: Scenario, free: list[int], reserved: CPUSet) -> dict[str, Any]:
+def nfd_memory(listing: Listing) -> dict[int, tuple[int, int]]:
+    """Per NUMA node, memory allocatable and available as node-feature-discovery's topology-updater computes them
+    from podresources (resourcemonitor's updateMemoryAvailable): each container's block taken from its NUMA nodes
+    in ascending order, a node with none left skipped. Empty where the Memory Manager lists none (policy None)."""
+    available = {m.numa[0]: m.size for m in listing.allocatable_memory if m.type == "memory" and len(m.numa) == 1}
+    allocatable = dict(available)
+    for pod in listing.pods:
+        for c in pod.containers:
+            for block in c.memory:
+                size = block.size
+                for numa in block.numa:
+                    if size == 0:
+                        break
+                    taken = min(size, available.get(numa, 0))
+                    available[numa] = available.get(numa, 0) - taken
+                    size -= taken
+    return {numa: (allocatable[numa], available[numa]) for numa in allocatable}
+
+
+def nfd_nrt(s: Scenario, free: list[int], reserved: CPUSet, memory: Mapping[int, tuple[int, int]]) -> dict[str, Any]:
     """The NodeResourceTopology node-feature-discovery's topology-updater writes: attributes for the Topology
     Manager, one `node-N` zone per NUMA node whose cpu `allocatable` is its CPUs less the reserved ones and
-    `available` that less the exclusive CPUs podresources lists."""
+    `available` that less the exclusive CPUs podresources lists, and its memory (`nfd_memory`) where the Memory
+    Manager lists some."""
     topo = linux_layout([s.cores_per_numa] * s.numa_nodes, s.threads_per_core, "labels")
     zones = []
     for n in topo.numa_nodes:
         cap = len(n.cpus)
         alloc = cap - len(reserved & n.cpus)
+        resources = [{"name": "cpu", "capacity": str(cap), "allocatable": str(alloc), "available": str(free[n.id])}]
+        if n.id in memory:
+            resources.append({"name": "memory", "capacity": str(s.memory_per_numa),
+                              "allocatable": str(memory[n.id][0]), "available": str(memory[n.id][1])})
         zones.append({"name": f"node-{n.id}", "type": "Node",
                       "costs": [{"name": f"node-{j}", "value": d}
                                 for j, d in enumerate(machine_json(s)["distances"][n.id])],
-                      "resources": [{"name": "cpu", "capacity": str(cap), "allocatable": str(alloc),
-                                     "available": str(free[n.id])},
-                                    {"name": "memory", "capacity": str(s.memory_per_numa),
-                                     "allocatable": str(s.memory_per_numa), "available": str(s.memory_per_numa)}]})
+                      "resources": resources})
     return {"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
             "metadata": {"name": NODE},
             "attributes": [{"name": "topologyManagerPolicy", "value": s.policy},
@@ -317,7 +339,8 @@ class KubeletNode:
         self.cluster.apply("Pod", "DELETED", pod)
 
     def nrt(self) -> dict[str, Any]:
-        return nfd_nrt(self.s, [len(f) for f in self.free], self.ledger_reserved())
+        memory = nfd_memory(self.peer.podresources())
+        return nfd_nrt(self.s, [len(f) for f in self.free], self.ledger_reserved(), memory)
 
     def rebuilt(self, annotated: bool = True, with_nrt: bool = False) -> ClusterState:
         pods = [pod if annotated else {**pod, "metadata": {**pod["metadata"], "annotations": {
@@ -377,6 +400,9 @@ def play_scenario(seed: int) -> Tally:
         if ours != theirs:
             tally.problems.append(f"{scenario.label}: rebuilt with the NRT has free CPUs {ours} where the live ledger "
                                   f"has {theirs}")
+        if again.memory_unknown:
+            tally.problems.append(f"{scenario.label}: rebuilt with the placements and the NRT, the Memory Manager's "
+                                  f"state is taken for unknown ({len(again.memory_unknown)} pods)")
         for annotated, with_nrt in ((True, False), (False, True), (False, False)):
             rebuilt = node.rebuilt(annotated=annotated, with_nrt=with_nrt)
             for i in range(3):
