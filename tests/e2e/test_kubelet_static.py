@@ -275,8 +275,11 @@ def test_a_mixed_fleet_runs_each_pod_on_its_own_kind_of_node_and_a_deployment_pa
         pinned = _pinned_as_annotated(mixed, pod)
         assert set(pinned) == {container} and len(_numa(pinned[container])) == 1, (pod["metadata"]["name"], pinned)
 
+    # Created with 12 replicas, it would be refused at once (only 6 fit): scaling is never checked.
+    _apply(cluster, _ours(model_deployment("ks-deploy", MODEL_NS, 1, cpu="4", memory="8Gi")))
+    _running(cluster, MODEL_NS, "app=ks-deploy")
     started = time.monotonic()
-    _apply(cluster, _ours(model_deployment("ks-deploy", MODEL_NS, 12, cpu="4", memory="8Gi")))
+    cluster.kubectl("-n", MODEL_NS, "scale", "deployment", "ks-deploy", "--replicas=12")
 
     def settled() -> list[dict[str, Any]] | None:
         pods = cluster.pods(MODEL_NS, "app=ks-deploy")
