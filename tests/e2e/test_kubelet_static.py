@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from placement.config import KUBELET_STATIC_LABEL
-from placement.demand import ANN_POLICY
+from placement.demand import ANN_POLICY, OUT_TYPE
 from placement.ledger import PLACEMENT
 from placement.topology import CPUSet
 from tests.e2e.cluster import Cluster, wait_until
@@ -57,9 +57,9 @@ FIGURES: dict[str, Any] = {}
 
 
 class Fleet:
-    def __init__(self, nodes: list[KubeletStandIn]) -> None:
+    def __init__(self, nodes: list[KubeletStandIn], failed: dict[str, str]) -> None:
         self.nodes = {n.name: n for n in nodes}
-        self.failed: dict[str, str] = {}  # every pod a node's record showed Failed: its reason and message
+        self.failed = failed  # every pod a kubelet-static node's record showed Failed: its reason and message
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +77,7 @@ def mixed(cluster: Cluster) -> Iterator[Fleet]:
         nodes += start_kubelet_fleet(cluster, [(name, SHAPE, config, {**labels, KUBELET_STATIC_LABEL: "static"})
                                                for name, config in NODES.items()], taints=[TAINT], on_record=on_record)
         nodes += start_fleet(cluster, [(BALLOONS, BALLOONS_SHAPE, labels)], taints=[TAINT])
-        fleet = Fleet(nodes)
-        fleet.failed = failed
+        fleet = Fleet(nodes, failed)
         wait_until("each kubelet-static node's NodeResourceTopology",
                    lambda: all(node_resource_topology(cluster, n) for n in NODES), timeout=60)
         FIGURES["fleet_start_s"] = round(time.monotonic() - started, 2)
@@ -268,6 +267,8 @@ def test_a_mixed_fleet_runs_each_pod_on_its_own_kind_of_node_and_a_deployment_pa
     bare = _running(cluster, MODEL_NS, "model-manager.io/model=mx-bare")
     FIGURES["mixed_running_s"] = round(time.monotonic() - started, 2)
     assert on_balloons["spec"]["nodeName"] == BALLOONS
+    assert [p["metadata"]["annotations"][OUT_TYPE] for p in (on_balloons, kserve, bare)] == [
+        "nri-balloons", "kubelet-static", "kubelet-static"]
     ran = mixed.nodes[BALLOONS].record()["pods"][f"{MODEL_NS}/mx-balloons"]["containers"]["main"]
     assert {BALLOONS_SHAPE.numa_of(c) for c in CPUSet.parse(ran["cpuset"]).cpus} == {int(ran["mems"])}, ran
     assert kserve["spec"]["containers"][1]["resources"]["limits"] == {"cpu": "25m", "memory": "50Mi"}
