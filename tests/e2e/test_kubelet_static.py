@@ -189,17 +189,18 @@ def test_each_topology_manager_policy_is_announced_and_a_pod_bound_past_the_sche
 def test_our_ledger_reads_the_nrt_the_updater_wrote(cluster: Cluster, mixed: Fleet) -> None:
     """Pods bound by name (no webhook, no scheduler of ours) take CPUs on ks-besteffort: 6 (all of NUMA node 0's
     allocatable), then 4 (NUMA node 1, node 0 being full); the first ends. Replayed alone, the second would be
-    guessed on NUMA node 0; the extender's ledger shows each NUMA node's free CPUs as the NRT NFD's updater wrote
-    from the kubelet's podresources (node 0: 6, node 1: 4), and the next model pod, 6 CPUs, is placed on NUMA node
-    0 accordingly and runs on exactly the CPUs its placement annotation names."""
+    guessed on NUMA node 0; the extender's ledger, rebuilt when the NRT changes, shows each NUMA node's free CPUs as
+    the NRT NFD's updater wrote from the kubelet's podresources (node 0: 6, node 1: 4; with the NRT left unread,
+    kubelet.reconcile removed, it showed 1 and 4 free cores and this test failed), and the next model pod, 6 CPUs,
+    is placed on NUMA node 0 accordingly and runs on exactly the CPUs its placement annotation names."""
     node = "ks-besteffort"
     first = _ours(model_pod("ks-foreign-6", PLACED_NS, tp=1, cpu="6", memory="4Gi", node_name=node), kubelet=False)
     second = _ours(model_pod("ks-foreign-4", PLACED_NS, tp=1, cpu="4", memory="4Gi", node_name=node), kubelet=False)
-    records = mixed.nodes[node]
+    kubelet = mixed.nodes[node]
     for pod, numa in ((first, 0), (second, 1)):
         cluster.api.call("POST", f"/api/v1/namespaces/{PLACED_NS}/pods", pod)
         key = f"{PLACED_NS}/{pod['metadata']['name']}"
-        ran = wait_until(f"{key} Running on {node}", lambda: (r := records.record()["pods"].get(key)) and
+        ran = wait_until(f"{key} Running on {node}", lambda: (r := kubelet.record()["pods"].get(key)) and
                          r["phase"] == "Running" and r, timeout=30)
         assert _numa(CPUSet.parse(ran["containers"]["main"]["cpuset"]).cpus) == {numa}, ran
     cluster.kubectl("-n", PLACED_NS, "delete", "pod", "ks-foreign-6", "--grace-period=0", "--force")
