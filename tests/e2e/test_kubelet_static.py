@@ -306,7 +306,7 @@ def test_a_mixed_fleet_runs_each_pod_on_its_own_kind_of_node_and_a_deployment_pa
         return all(max(cpus) < 4 if n in ALIGNING else sum(cpus) < 4 for n, cpus in free.items())
 
     try:
-        wait_until("every kubelet-static node's NRT to show no room for a replica", full, timeout=15)
+        wait_until("every kubelet-static node's NRT to show no room for a replica", full, timeout=30)
     finally:
         FIGURES["free_cpus_at_the_end"] = free
 
