@@ -30,6 +30,7 @@ from placement.demand import (
     round_up,
 )
 from placement.fit import balloon_request, nominal_cpus
+from placement.kubelet import kubelet_pod
 from placement.ledger import PLACEMENT, NodeLedger
 from placement.preflight import NRI_FALLBACK, Resolution, fallback_text, resolve_policy
 from placement.quantity import QuantityError, cpu_milli, format_cpu
@@ -159,6 +160,9 @@ def mutate_pod(pod: Mapping[str, Any], cluster: ClusterState, namespace: str = "
     elif resolution.policy == "kubelet-static":
         _make_guaranteed(spec, demand.container, tpc, {"cpu": settings.native_sidecar_cpu,
                                                         "memory": settings.native_sidecar_memory})
+        # Judged as the kubelet will get it: a Deployment's template is validated unmutated, and a sidecar whose
+        # limits exceed its requests is Guaranteed only once made equal here.
+        resolved = replace(resolved, kpod=kubelet_pod("", spec))
     annotations[OUT_CPUS] = str(nominal_cpus(resolved, tpc))
     return Mutation(out, resolved, resolution, None, dropped)
 

@@ -176,6 +176,19 @@ async def test_kubelet_static_names_the_container_without_memory_or_cpu(wh: Webh
     assert (await admitted(wh, review("ar-pod-init-sidecar.json", uid="complete"))).allowed
 
 
+async def test_kubelet_static_deployment_is_judged_as_its_mutated_pods(make_webhook: MakeWebhook) -> None:
+    """A Deployment's template is validated as our mutation makes its pods: a queue-proxy sidecar (KServe's
+    Serverless predictor) whose limits exceed its requests is made Guaranteed, so the model still gets its cores;
+    judged unmutated it was refused as "not Guaranteed" on every node (found by tests/e2e/test_kubelet_static.py)."""
+    wh = await make_webhook(settings=Settings(kubernetes_cpu_policy="kubelet-static"))
+    sent = workload("ar-deployment-create.json", uid="queue-proxy")
+    sent["request"]["object"]["spec"]["template"]["spec"]["containers"].append({
+        "name": "queue-proxy", "image": "gcr.io/knative-releases/knative.dev/serving/cmd/queue:v1.16.0",
+        "resources": {"requests": {"cpu": "25m", "memory": "50Mi"}, "limits": {"cpu": "1", "memory": "200Mi"}}})
+    answer = await wh.validate(sent)
+    assert answer.allowed, answer.message
+
+
 async def test_explicit_balloon_type_no_policy_defines_is_refused(wh: Webhook) -> None:
     refused(await admitted(wh, kserve("custom", **{"model-manager.io/nri-balloon": "vllm-balloon-custom"})),
             "asks for balloon type vllm-balloon-custom, which no BalloonsPolicy defines for the 6 eligible nodes",
