@@ -660,7 +660,7 @@ def scheduler_reasons(cluster: Cluster) -> dict[str, int]:
         for part in message.split(": ", 1)[-1].split(", "):
             count, _, reason = part.partition(" ")
             if count.isdigit():
-                said[reason.rstrip(".")] += int(count)
+                said[reason.split(". ", 1)[0].rstrip(".")] += int(count)
     return dict(said.most_common(8))
 
 
