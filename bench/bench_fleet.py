@@ -852,9 +852,13 @@ def main() -> int:
               f"{dict(shapes)}, {sum(n.amx for n in fleet)} with AMX, policies {dict(sorted(kinds.items()))}")
         print(f"stream: {len(stream)} events {dict(ops)}, at {args.rate}/s", flush=True)
         rows = []
+        path = args.plots / f"fleet-{kind}.png"
         for arm in args.arms:
             rows.append(play_arm(kind, arm, fleet, stream, args.rate))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "waits"}), flush=True)
+            if not args.no_plots:  # after each arm: a run cut short still leaves the arms it played
+                plot(kind, rows, path, f"{kind} fleet: {args.nodes} nodes, {len(stream)} events at {args.rate}/s, "
+                                       f"seed {args.seed}, {when}")
         print()
         for line in table(rows):
             print(line)
@@ -864,9 +868,6 @@ def main() -> int:
         if args.json:
             print(json.dumps([{k: v for k, v in r.items() if k != "waits"} for r in rows], indent=2))
         if not args.no_plots:
-            path = args.plots / f"fleet-{kind}.png"
-            plot(kind, rows, path, f"{kind} fleet: {args.nodes} nodes, {len(stream)} events at {args.rate}/s, "
-                                   f"seed {args.seed}, {when}")
             print(f"plot: {path}")
     return 1 if bad else 0
 
