@@ -737,7 +737,6 @@ def summarize(arm: str, observer: Observer, recs: dict[str, dict[str, Any]], res
         "pending_at_end": len(pending),
         "p50": statistics.median(waits) if waits else None,
         "p99": waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else None,
-        "waits": waits,
         **free_cores(observer.fleet, recs, reserved),
         "stream_seconds": round(stream_seconds, 1), "seconds": round(seconds, 1),
         "failures": sorted({f.failed for f in models if f.failed})[:5], "kubelet_errors": errors[:5],
@@ -763,8 +762,8 @@ def table(rows: list[dict[str, Any]]) -> Iterator[str]:
 
 
 def plot(kind: str, rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """Per arm: NUMA-local Running, split, kubelet-rejected, refused at admission and Pending at the end; and the
-    create → Running distribution. matplotlib is the bench extra's; nothing in the product imports it."""
+    """Per arm: NUMA-local Running, split, kubelet-rejected, refused at admission and Pending at the end; and
+    create → Running p50 and p99. matplotlib is the bench extra's; nothing in the product imports it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -790,12 +789,16 @@ def plot(kind: str, rows: list[dict[str, Any]], path: Path, title: str) -> None:
     left.set_ylabel("model pods")
     left.legend()
     left.set_title("what happened to the model pods")
-    right.boxplot([r["waits"] or [0.0] for r in rows], whis=(1, 99), showfliers=False)
-    right.set_xticks(range(1, len(arms) + 1))
+    xs = range(len(arms))
+    for k, (label, key) in enumerate((("p50", "p50"), ("p99", "p99"))):
+        drawn = right.bar([x + (k - 0.5) * 0.35 for x in xs], [r[key] or 0 for r in rows], 0.35, label=label)
+        right.bar_label(drawn, fmt="%.1f", fontsize=7)
+    right.set_xticks(list(xs))
     right.set_xticklabels(arms)
     right.set_yscale("log")
-    right.set_ylabel("create → Running, s (box: p25-p75, whiskers: p1-p99)")
-    right.set_title("create → Running")
+    right.set_ylabel("seconds")
+    right.legend()
+    right.set_title("create → Running (model pods that ran)")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -831,7 +834,12 @@ def main() -> int:
                         help="where docs/fleet-<fleet>.png go (needs the bench extra: matplotlib)")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--from-logs", nargs="+", type=Path, metavar="LOG",
+                        help="no run: the table and plot of the one fleet of --fleets from the arms these runs' "
+                             "output printed (arms run in separate processes, side by side)")
     args = parser.parse_args()
+    if args.from_logs:
+        return from_logs(args.fleets[0], args.from_logs, args.plots)
     bad = False
     for kind in args.fleets:
         if kind == "balloons":
@@ -855,7 +863,7 @@ def main() -> int:
         path = args.plots / f"fleet-{kind}.png"
         for arm in args.arms:
             rows.append(play_arm(kind, arm, fleet, stream, args.rate))
-            print(json.dumps({k: v for k, v in rows[-1].items() if k != "waits"}), flush=True)
+            print(json.dumps(rows[-1]), flush=True)
             if not args.no_plots:  # after each arm: a run cut short still leaves the arms it played
                 plot(kind, rows, path, f"{kind} fleet: {args.nodes} nodes, {len(stream)} events at {args.rate}/s, "
                                        f"seed {args.seed}, {when}")
@@ -866,10 +874,31 @@ def main() -> int:
         bad = bad or not met
         print(f"goal {'met' if met else 'NOT met'}: {why}\n", flush=True)
         if args.json:
-            print(json.dumps([{k: v for k, v in r.items() if k != "waits"} for r in rows], indent=2))
+            print(json.dumps(rows, indent=2))
         if not args.no_plots:
             print(f"plot: {path}")
     return 1 if bad else 0
+
+
+def from_logs(kind: str, logs: list[Path], plots: Path) -> int:
+    header, rows = "", []
+    for log in logs:
+        fleet = ""
+        for line in log.read_text().splitlines():
+            if " fleet, " in line and line.split(" fleet, ")[0] in FLEETS:
+                fleet = line.split(" fleet, ")[0]
+                if fleet == kind and not header:
+                    header = line
+            elif fleet == kind and line.startswith('{"arm"'):
+                rows.append(json.loads(line))
+    rows.sort(key=lambda r: ARMS.index(r["arm"]))
+    print(header)
+    for line in table(rows):
+        print(line)
+    met, why = goal(kind, rows)
+    print(f"goal {'met' if met else 'NOT met'}: {why}")
+    plot(kind, rows, plots / f"fleet-{kind}.png", header.split(": ", 1)[0] + ", arms in parallel runs")
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
