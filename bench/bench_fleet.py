@@ -621,7 +621,12 @@ def play_arm(kind: str, arm: str, fleet: list[VNode], stream: list[dict[str, Any
         for i, event in enumerate(stream):
             due = ready_at + i / rate
             time.sleep(max(0.0, due - time.monotonic()))
-            apply(cluster, arm, event, state, scheduler, observer, refused, deploys, pods_ns)
+            try:
+                apply(cluster, arm, event, state, scheduler, observer, refused, deploys, pods_ns)
+            except (urllib3.exceptions.HTTPError, AssertionError) as exc:
+                # An apiserver too busy to answer in 30 s (the stock arm's ReplicaSets replacing rejected pods
+                # without end load it): the request is lost, as a user's kubectl would lose it; the stream goes on.
+                refused[f"api error: {type(exc).__name__}"] += 1
         stream_seconds = time.monotonic() - ready_at
         settle(observer)
         recs = records(vnodes)
@@ -629,6 +634,7 @@ def play_arm(kind: str, arm: str, fleet: list[VNode], stream: list[dict[str, Any
         observer.stop.set()
         out = summarize(arm, observer, recs, reserved, refused, stream_seconds, time.monotonic() - started, vnodes)
         out["fleet_start_seconds"], out["nrts_at_start"] = round(fleet_ready, 1), nrts
+        out["api_errors"] = {k: v for k, v in refused.items() if k.startswith("api error")}
         if arm == "nrt":
             out["nrt_scheduler_said"] = scheduler_reasons(cluster)
         return out
