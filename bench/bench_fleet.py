@@ -19,7 +19,7 @@ once per arm on a fresh control plane and fresh nodes. Mixed shapes in both: 2 N
   and Memory Manager (None) with that node's KubeletConfiguration (the `kube` peer's `kubelet` subcommand, one
   process per node), a kubelet stand-in that admits each bound pod through them and sets a rejected one Failed with
   the kubelet's Reason (a ReplicaSet replaces it), their podresources API served on a socket, and
-  node-feature-discovery v0.19.0's real topology-updater writing the node's NodeResourceTopology from it every 5 s
+  node-feature-discovery v0.19.0's real topology-updater writing the node's NodeResourceTopology from it every 15 s
   (UPDATE_INTERVAL; its chart's default is 60 s). Topology Manager policies single-numa-node 35 %, restricted
   25 %, best-effort 20 %, none 20 %; scope pod on 40 %; full-pcpus-only on 80 %; 2 CPUs kube-reserved. Nodes are
   labelled `model-manager.io/cpu-manager=static` (our default node group); those without full-pcpus-only also
@@ -79,6 +79,7 @@ import copy
 import json
 import math
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -138,9 +139,9 @@ POD_SCOPE, FULL_PCPUS = 0.4, 0.8
 # Policies under which the kubelet refuses (TopologyAffinityError) rather than spreads a pod it cannot align:
 # a pod split there by the kubelet was split by its own choice of too few free CPUs, not for want of a policy.
 ALIGNING = ("single-numa-node", "restricted", "balloons")
-# NFD's topology-updater rewrites each NRT this often (its chart's default is 60 s; 100 updaters at 1 s would
-# spend this machine's 2 cores on GET+PUT of unchanged NRTs).
-UPDATE_INTERVAL = "5s"
+# NFD's topology-updater rewrites each NRT this often (its chart's default is 60 s; 100 updaters GET and PUT their
+# NRT each time, changed or not: at 1 s that alone kept this shared 2-core machine's apiserver busy).
+UPDATE_INTERVAL = "15s"
 SIDECAR_CPUS = ("1", "2", "500m")
 # What no object announces of a kubelet (its CPU Manager options) an operator tells us per node group: the nodes
 # without full-pcpus-only carry this label and the group that selects them (NODE_GROUPS, first match wins).
@@ -505,6 +506,10 @@ def replacements(fates: list[PodFate]) -> int:
     return out
 
 
+# SIGUSR1 cuts the stream short where it is: the arm settles briefly and reports what it played ("events_played").
+CUT = threading.Event()
+
+
 # -- one arm --------------------------------------------------------------------------------------------------
 
 def stock_scheduler(config: dict[str, Any]) -> None:
@@ -618,7 +623,11 @@ def play_arm(kind: str, arm: str, fleet: list[VNode], stream: list[dict[str, Any
         deploys: dict[str, str] = {}
         pods_ns: dict[str, str] = {}
         scheduler = NRT_SCHEDULER if arm == "nrt" else None
+        played = 0
         for i, event in enumerate(stream):
+            if CUT.is_set():
+                break
+            played = i + 1
             due = ready_at + i / rate
             time.sleep(max(0.0, due - time.monotonic()))
             try:
@@ -628,13 +637,14 @@ def play_arm(kind: str, arm: str, fleet: list[VNode], stream: list[dict[str, Any
                 # without end load it): the request is lost, as a user's kubectl would lose it; the stream goes on.
                 refused[f"api error: {type(exc).__name__}"] += 1
         stream_seconds = time.monotonic() - ready_at
-        settle(observer)
+        settle(observer, *((5, 30) if CUT.is_set() else ()))
         recs = records(vnodes)
         observer.judge(recs)
         observer.stop.set()
         out = summarize(arm, observer, recs, reserved, refused, stream_seconds, time.monotonic() - started, vnodes)
         out["fleet_start_seconds"], out["nrts_at_start"] = round(fleet_ready, 1), nrts
         out["api_errors"] = {k: v for k, v in refused.items() if k.startswith("api error")}
+        out["events_played"] = played
         if arm == "nrt":
             out["nrt_scheduler_said"] = scheduler_reasons(cluster)
         return out
@@ -844,6 +854,7 @@ def main() -> int:
                         help="no run: the table and plot of the one fleet of --fleets from the arms these runs' "
                              "output printed (arms run in separate processes, side by side)")
     args = parser.parse_args()
+    signal.signal(signal.SIGUSR1, lambda *_: CUT.set())
     if args.from_logs:
         return from_logs(args.fleets[0], args.from_logs, args.plots)
     bad = False
