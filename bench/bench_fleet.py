@@ -70,6 +70,14 @@ restricted nodes, and more NUMA-local Running pods than stock and nrt; on the ba
 failure, no split, no shared core (NUMA-local Running pods and free cores reported; "strand no more cores than
 stock" is no goal: a NUMA-local packing cannot meet it while stock spreads). The exit code is 1 when a goal is not
 met. Each fleet's table is printed (dated, with the seed and wall time) and plotted to <plots>/fleet-<fleet>.png.
+"split on single-numa-node / restricted" counts every split pod on such a node, also those the policy cannot keep
+local there (a TP=2 request larger than one NUMA node, which the CPU Manager packs unevenly over two; a pod-scope
+pod whose sidecar takes it past one NUMA node): ours binds such a placement only when no node offers better.
+
+On a shared 2-core machine one arm at 100 nodes and 2,000 events takes 15-30 minutes (the stock arm longest: its
+ReplicaSets replace rejected pods without end). The arms can run side by side, one process each (`--arms stock
+--plots /tmp/s > s.log`, ...), then `--fleets <fleet> --from-logs s.log n.log o.log` prints the table and draws the
+plot from their output; SIGUSR1 cuts a run's stream short (its row says how many events it played).
 """
 
 from __future__ import annotations
