@@ -7,8 +7,9 @@ in the same run (these machines are noisy: read the ratios and medians, not the 
 1. webhook /mutate over TLS, 32 keep-alive clients, vs a bare aiohttp parse-and-echo handler;
 2. extender /filter and /prioritize at 5,000 nodes / 100,000 pods, vs bare JSON decode + encode;
 3. initial list+watch sync of 5,000 nodes / 150,000 pods through the real client, vs orjson.loads;
-4. the fleet: a stream of model pods on virtual nodes (the real NRI balloons plugin behind every Node of a real
-   control plane), stock kube-scheduler vs webhook + extender, judged by the plugins' cpusets;
+4. the fleet: a stream of model pods on virtual nodes behind a real control plane (the real NRI balloons plugin, or
+   the real kubelet's managers and NFD's topology-updater, behind every Node), stock kube-scheduler vs
+   NodeResourceTopologyMatch vs webhook + extender, judged by the nodes' cpusets (plots to docs/, not with --quick);
 5. a cold `fit` per node, in process (goal: median <= 10 µs).
 """
 
@@ -27,7 +28,7 @@ BENCHES: list[tuple[str, list[str], list[str]]] = [
     ("webhook /mutate over TLS", [], ["--requests", "1500"]),
     ("extender /filter + /prioritize", [], ["--quick"]),
     ("list+watch initial sync", [], ["--nodes", "1000", "--pods", "30000"]),
-    ("fleet: stock vs model-placement on virtual nodes", [], ["--nodes", "8", "--events", "200"]),
+    ("fleet: stock vs nrt vs model-placement on virtual nodes", [], ["--nodes", "8", "--events", "200", "--no-plots"]),
     ("cold fit per node", [], ["--rounds", "2"]),
 ]
 SCRIPTS = ["bench_webhook.py", "bench_extender.py", "bench_sync.py", "bench_fleet.py", "bench_fit.py"]

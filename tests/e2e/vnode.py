@@ -517,10 +517,11 @@ def start_fleet(cluster: Cluster, nodes: list[tuple[str, NodeShape, dict[str, st
 
 def start_kubelet_fleet(cluster: Cluster, nodes: list[tuple[str, NodeShape, dict[str, Any], dict[str, str]]],
                         taints: list[dict[str, str]] | None = None,
-                        on_record: Callable[[dict[str, Any]], None] | None = None) -> list[KubeletStaticNode]:
+                        on_record: Callable[[dict[str, Any]], None] | None = None,
+                        update_interval: str = "1s") -> list[KubeletStaticNode]:
     """Kubelet-static nodes for (name, shape, KubeletConfiguration, labels), each with NFD's topology-updater
-    (installed here). All are stopped again if any fails to start."""
-    updaters = install_topology_updaters(cluster)
+    (installed here, rewriting the NRT every `update_interval`). All are stopped again if any fails to start."""
+    updaters = install_topology_updaters(cluster, update_interval)
     return _started(cluster, [lambda n=n: KubeletStaticNode(cluster, n[0], n[1], n[2], labels=n[3], taints=taints,
                                                             on_record=on_record).start(updaters) for n in nodes])
 
