@@ -435,6 +435,8 @@ def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> bool:
             after = kub.place_known(state, rec.uid, cpus, requested)
             log.warning("pod runs where the kubelet, as modelled, would reject it", extra={
                 "pod": f"{rec.namespace}/{rec.name}", "node": ledger.name, "reason": answer.message})
+    if rec.phase == "Pending" and cpus:
+        ledger.kubelet_pending = {**ledger.kubelet_pending, rec.uid: (f"{rec.namespace}/{rec.name}", kpod)}
     demand = rec.model
     if demand is None:
         ledger.kubelet_put(after)

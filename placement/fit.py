@@ -234,7 +234,7 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
         state = ledger.kstate
         key += (state.default, state.used,
                 None if state.memory is None else (state.memory.free, state.memory.count, state.memory.cells),
-                bool(ledger.memory_unknown))
+                bool(ledger.memory_unknown), tuple(ledger.kubelet_pending))
     elif demand.policy not in EXCLUSIVE_POLICIES:
         key += (ledger.shared_milli,
                 ledger.shared_growth(demand.namespace, demand.unpinned_milli + demand.shared_milli, containers=True))
@@ -491,6 +491,9 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
                                          node.config.describe(), asked, node.allocatable_per_numa,
                                          () if never else kub.free_per_numa(node, state))
         return _refuse(name, why_not, not never, fp)
+    ahead = _overtaken(node, state, pod, answer, ledger.kubelet_pending)
+    if ahead is not None:
+        return _refuse(name, reasons.KubeletOrder(ahead), True, fp)
     model = answer.cpus.get(demand.container, 0)
     m = node.machine
     per_cpus = m.per_numa(model)
@@ -503,6 +506,25 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
     score = 0 if split else 1 if span < demand.numa_nodes else \
         max(2, _score(ledger, list(kub.free_cores_of(node, answer.default)), strategy))
     return Fit(name, None, True, per_numa, score, fp, admitted=answer, split=split)
+
+
+def _overtaken(node: kub.KubeletNode, state: kub.KState, pod: kub.KPod, answer: kub.Admitted,
+               pending: Mapping[str, tuple[str, kub.KPod]]) -> str | None:
+    """A pod bound here that the kubelet has not admitted yet, whose admission would change if this one reached the
+    kubelet first (rejected, or its containers or this pod's on other NUMA nodes than predicted); None if none."""
+    m = node.machine
+    for uid, (name, other) in pending.items():
+        if uid == pod.uid or uid not in state.assigned:
+            continue
+        first = kub.admit(node, kub.remove(state, uid), pod)
+        if not isinstance(first, kub.Admitted):
+            return name
+        second = kub.admit(node, first.state, other)
+        if not isinstance(second, kub.Admitted) or \
+                any(m.per_numa(first.cpus.get(c, 0)) != m.per_numa(cpus) for c, cpus in answer.cpus.items()) or \
+                any(m.per_numa(second.cpus.get(c, 0)) != m.per_numa(cpus) for c, cpus in state.assigned[uid].items()):
+            return name
+    return None
 
 
 def rank_local(demand: ModelDemand, result: Fit) -> bool:

@@ -246,6 +246,9 @@ class NodeLedger:
     # Pods of unknown placement holding memory of a Static Memory Manager that the node's NodeResourceTopology says
     # is elsewhere than replayed: its NUMA groups, which decide its next hints, are unknown while they run.
     memory_unknown: frozenset[str] = field(init=False, default=frozenset())
+    # Pods bound here whose exclusive CPUs the kubelet has not yet given (phase Pending): it admits pods in the
+    # order they reach it, which a bind moments apart does not decide.
+    kubelet_pending: dict[str, tuple[str, kub.KPod]] = field(init=False, default_factory=dict)  # uid -> pod, as read
 
     def __post_init__(self) -> None:
         policy = self.nri.policy
@@ -325,6 +328,7 @@ class NodeLedger:
         if self.kubelet is not None and self.kstate is not None and uid in self.kstate.requested:
             self.kstate = kub.remove(self.kstate, uid)
             self.memory_unknown -= {uid}
+            self.kubelet_pending.pop(uid, None)
             self._free = None
             self.stamps.take(self.name)
 
@@ -773,6 +777,7 @@ class NodeLedger:
                     state = kub.remove(state, uid)
             copy.kstate = state
             copy.memory_unknown = self.memory_unknown & kept_uids
+            copy.kubelet_pending = {u: p for u, p in self.kubelet_pending.items() if u in kept_uids}
         # The shared balloons as they are: re-adding their pods would resize them from what is free in the copy.
         copy.shared, copy._shared_total = dict(self.shared), self._shared_total
         copy._shared_by_type, copy._shared_count = dict(self._shared_by_type), dict(self._shared_count)

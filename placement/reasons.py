@@ -307,6 +307,18 @@ class PlacementUnknown(NamedTuple):
                 "showContainersInNrt: true in the BalloonsPolicy")
 
 
+class KubeletOrder(NamedTuple):
+    """kubelet-static: a pod bound here moments ago that the kubelet has not admitted yet would be placed otherwise,
+    or rejected, if this one reached the kubelet first."""
+
+    pod: str
+    check: str = KUBELET_REJECTS
+
+    def text(self) -> str:
+        return (f"pod {self.pod}, bound here moments ago, is not yet admitted by the kubelet, and which of the two it "
+                "admits first decides their CPUs (or rejects one); judged again once it runs")
+
+
 class MemoryPlacementUnknown(NamedTuple):
     """kubelet-static, Static Memory Manager: pods of unknown placement hold memory where the node's
     NodeResourceTopology says it is not where they were replayed."""
@@ -478,8 +490,8 @@ class AlreadyBound(NamedTuple):
 Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
           | MemoryExceedsNuma | TypeSpansFewer | MaxBalloons | SharesBalloon | RanksCrowded
-          | PlacementUnknown | MemoryPlacementUnknown | PodLeaving | ReservedLent | SharedUnseen | PackagesUnseen
-          | SidecarsNoRoom | InitNoRoom | InitExceedsNode | NoFreeMemory
+          | PlacementUnknown | MemoryPlacementUnknown | KubeletOrder | PodLeaving | ReservedLent | SharedUnseen
+          | PackagesUnseen | SidecarsNoRoom | InitNoRoom | InitExceedsNode | NoFreeMemory
           | PoolTaken | Unsettled | UnknownNode | AlreadyBound | NotKubeletNode | NotPinned | KubeletRejects)
 
 

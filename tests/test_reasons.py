@@ -60,6 +60,9 @@ CASES: list[tuple[r.Reason, str, str]] = [
      "the balloons plugin may pick NUMA nodes without room for it (model pods here with no recorded placement count "
      "on every NUMA node they could use: bound by another scheduler or before model-placement was installed); "
      "re-create them through this scheduler, or set showContainersInNrt: true in the BalloonsPolicy"),
+    (r.KubeletOrder("llm/a"), r.KUBELET_REJECTS,
+     "pod llm/a, bound here moments ago, is not yet admitted by the kubelet, and which of the two it admits first "
+     "decides their CPUs (or rejects one); judged again once it runs"),
     (r.MemoryPlacementUnknown(2), r.PLACEMENT_UNKNOWN,
      "the kubelet's Static Memory Manager holds memory of 2 pods with no recorded placement, not where they were "
      "replayed (the node's NodeResourceTopology says so): which NUMA nodes it would give this pod is unknown; judged "

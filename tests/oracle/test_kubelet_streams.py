@@ -12,7 +12,24 @@ import os
 
 import pytest
 
-from tests.oracle.kubeletscenarios import Tally, play_scenario
+from placement import kubelet as kub
+from placement.assume import AssumeCache
+from placement.demand import read_model_pod
+from placement.mutation import mutate_pod
+from placement.topology import CPUSet
+from tests.oracle.kubeletpeer import KubeletPeer
+from tests.oracle.kubeletscenarios import (
+    NODE,
+    KubeletNode,
+    Scenario,
+    Tally,
+    _numa_of,
+    bound,
+    kubelet_json,
+    machine_json,
+    model_pod,
+    play_scenario,
+)
 
 # 400 scenarios in CI; bench/bench_oracle.py plays more.
 SCENARIOS = int(os.environ.get("KUBELET_ORACLE_SCENARIOS", "400"))
@@ -46,3 +63,33 @@ FOUND = (2033, 3988, 4481, 4728, 1508, 1938, 3830)
 def test_the_scenarios_thousands_found_stay_right() -> None:
     problems = [p for seed in FOUND for p in play_scenario(seed).problems]
     assert not problems, "\n".join(problems)
+
+
+def test_a_pod_bound_moments_after_another_waits_when_the_kubelets_order_would_swap_them() -> None:
+    """bench_fleet's kubelet-static fleet (2026-12-06): two pods bound to one node 1 ms apart, the kubelet admitted the
+    later bind first and rejected the other. The kubelet admits pods in the order they reach it; while a pod bound
+    here is still Pending, the next one is offered only if either order gives both the NUMA nodes predicted."""
+    s = Scenario(0, packages=2, numa_per_package=1, cores_per_numa=4, threads_per_core=1, policy="restricted",
+                 scope=kub.CONTAINER, options=(), reserved_cpus="0", reserved_count=1, prefer_closest=False, nrt=False)
+    with KubeletPeer() as peer:
+        assert peer.start(machine_json(s), kubelet_json(s)).ok
+        node = KubeletNode(peer, s)
+        a, b = model_pod("m1", 1, 2), model_pod("m2", 1, 2)
+        # A: bound, not yet admitted by the kubelet (Pending); the ledger puts it on NUMA node 0 (3 CPUs free there).
+        assume = AssumeCache(node.cluster)
+        assert assume.assume("uid-m1", "models", "m1", read_model_pod(mutate_pod(a, node.cluster).pod, node.settings),
+                             NODE).per_numa == ((0, 2),)
+        pending = {**bound(mutate_pod(a, node.cluster).pod, assume.placement("uid-m1")), "status": {"phase": "Pending"}}
+        node.cluster.apply("Pod", "ADDED", pending)
+        # What the real kubelet does if B reaches it first: B takes NUMA node 0, and A is moved to NUMA node 1.
+        first = peer.add(bound(mutate_pod(b, node.cluster).pod, None))
+        then = peer.add(pending)
+        assert first.admit and _numa_of(s, CPUSet(first.containers["vllm"].cpus)) == {0}
+        assert then.admit and _numa_of(s, CPUSet(then.containers["vllm"].cpus)) == {1}
+        demand_b = read_model_pod(mutate_pod(b, node.cluster).pod, node.settings)
+        waiting = AssumeCache(node.cluster).assume("uid-m2", "models", "m2", demand_b, NODE)
+        assert not waiting.ok and waiting.resolvable
+        assert "pod models/m1, bound here moments ago, is not yet admitted by the kubelet" in waiting.reason
+        # A runs: its CPUs are the kubelet's, and B is offered NUMA node 1.
+        node.cluster.apply("Pod", "MODIFIED", {**pending, "status": {"phase": "Running"}})
+        assert AssumeCache(node.cluster).assume("uid-m2", "models", "m2", demand_b, NODE).per_numa == ((1, 2),)
