@@ -204,6 +204,9 @@ class NodeLedger:
     # export says where they are. `fit` admits a balloon only where both put it (`free_paired`).
     _paired: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
     _packages: tuple[int, ...] = field(init=False, default=())  # that layout: each NUMA node's package; () none
+    # `free_paired`'s answer, with the `free()` it was computed beside: every change that moves it makes `free()` anew
+    # (fit reads it twice per node, in the plan key and in the plan)
+    _paired_free: tuple[tuple[int, ...], tuple[int, ...] | None] | None = field(init=False, default=None)
     # Where they follow the plugin resize by resize, the pods whose init containers grew a shared balloon and shrank
     # it back (`init_cycle`, once per pod), each with the cores per NUMA node they hold beyond that while they run;
     # and the pods whose init containers run now, whose cores are those.
@@ -329,8 +332,14 @@ class NodeLedger:
         """`free()` if the node's NUMA nodes sit on two packages (see `_paired`); None where no such doubt is kept."""
         if not self._packages or self.observed_shared is not None:
             return None
+        now = self.free()
+        known = self._paired_free
+        if known is not None and known[0] is now:
+            return known[1]
         free = self._less_init(self._spill(self._avail, self._paired))
-        return free if free != self.free() else None
+        answer = free if free != now else None
+        self._paired_free = (now, answer)
+        return answer
 
     def _less_init(self, free: tuple[int, ...]) -> tuple[int, ...]:
         """`free` less the cores of init containers that run now (see `_cycled`)."""
