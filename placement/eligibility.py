@@ -192,7 +192,12 @@ class Eligibility:
         # Set but with no (or only empty) terms: it matches no node (an empty NodeSelectorTerm is skipped).
         self.terms = None if required is None else tuple(
             _term(t) for t in terms if isinstance(t, Mapping) and (t.get("matchExpressions") or t.get("matchFields")))
-        self._first_terms = terms
+        # For the reason of a miss, each term's label requirements as written, each parsed once (None: unparsable).
+        self._first_terms = tuple(
+            (tuple((req, str(req.get("key")) if isinstance(req, Mapping) else "",
+                    _requirement(req) if isinstance(req, Mapping) else None)
+                   for req in _sequence(term.get("matchExpressions"))), _sequence(term.get("matchFields")))
+            for term in terms if isinstance(term, Mapping))
         self.tolerations = tuple(t for t in _sequence(spec.get("tolerations")) if isinstance(t, Mapping))
         self.amx_label = amx_label  # named as such in a reason: the AMX expression is ours
 
@@ -221,7 +226,10 @@ class Eligibility:
             if labels.get(key) != value:
                 return Miss("node-selector", f"nodeSelector {key}={value}: {_has(labels, key)}",
                             f"label the node {key}={value}, or change the pod's nodeSelector")
-        if self.terms is not None and not any(term.matches(node.name, labels) for term in self.terms):
+        if self.terms is not None:
+            for term in self.terms:
+                if term.matches(node.name, labels):
+                    return None
             return self._affinity_miss(node)
         return None
 
@@ -230,12 +238,8 @@ class Eligibility:
         reason; the AMX requirement and the node pin are named as such."""
         labels = node.labels
         change = "label the node to match, or change the pod's required node affinity"
-        for term in self._first_terms:
-            if not isinstance(term, Mapping):
-                continue
-            for req in _sequence(term.get("matchExpressions")):
-                test = _requirement(req) if isinstance(req, Mapping) else None
-                key = str(req.get("key")) if isinstance(req, Mapping) else ""
+        for requirements, fields in self._first_terms:
+            for req, key, test in requirements:
                 if test is not None and test(labels.get(key)):
                     continue
                 if key and key == self.amx_label:
@@ -245,7 +249,7 @@ class Eligibility:
                                 "a node with AMX")
                 return Miss("node-affinity", f"required node affinity {_shown(req)}: {_has(labels, key)}"
                                              f"{'' if test is not None else _UNPARSED}", change)
-            for req in _sequence(term.get("matchFields")):
+            for req in fields:
                 if not _term({"matchFields": [req]}).matches(node.name, labels):
                     return Miss("node-pin", f"required node affinity on fields {_shown(req)}"
                                                  f"{'' if _term({'matchFields': [req]}).parsed else _UNPARSED}",

@@ -76,7 +76,7 @@ def place(policy: BalloonsPolicy, step: Step, free: tuple[int, ...], instances: 
 
 
 def _has_room(per_numa: tuple[tuple[int, int], ...], free: tuple[int, ...]) -> bool:
-    return all(not (numa >= len(free) or free[numa] < cores) for numa, cores in per_numa)
+    return all(numa < len(free) and free[numa] >= cores for numa, cores in per_numa)
 
 
 def _by_numa(parts: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -266,14 +266,15 @@ def _numa_for(policy: BalloonsPolicy, btype: BalloonType, cores: int, free: list
     if unlent is not None and sum(unlent) >= cores:
         free = unlent
     allowed = list(range(len(free)))
+    room = sum(free)  # in `allowed`
     if policy.numa_preferring:
         for j in range(len(free)):
-            rest = [i for i in allowed if i != j]
-            if j != k and rest and sum(free[i] for i in rest) >= cores:
-                allowed = rest
+            if j != k and len(allowed) > 1 and room - free[j] >= cores:
+                allowed.remove(j)
+                room -= free[j]
     fitting = [i for i in allowed if free[i] >= cores]
     if not fitting:
-        together = sum(free[i] for i in allowed) >= cores
+        together = room >= cores
         return reasons.NoRoomOnOneNuma(btype.name, cores, k,
                                        reasons.NOT_NUMA_LOCAL if together else reasons.INSUFFICIENT_FREE)
     if policy.topology_balancing:
