@@ -15,7 +15,9 @@ import pytest
 
 from extender.filter import Judge, filter_nodes
 from extender.routes import JUDGE
+from placement.assume import AssumeCache
 from placement.config import Settings
+from placement.ledger import PLACEMENT
 from server import metrics
 from tests.support.extender import (
     BALLOON_ANN,
@@ -86,10 +88,20 @@ async def test_kubelet_static_pods_go_only_where_the_kubelet_admits_them(ext: Ex
         "the kubelet (Topology Manager single-numa-node, scope container) would fail the pod with "
         "TopologyAffinityError: 70 CPUs fit no NUMA node of nodes of this shape, the largest holds 64 (needs "
         "kubelet-static: 70 exclusive CPUs)")
-    # Bound where the extender says, the pod's placement records each container's CPUs as the kubelet takes them:
-    # the lowest-id NUMA node that fits (NUMA 1: the extender holds NUMA 0's 40 CPUs for ks-40, its best node),
-    # its lowest free whole cores.
+    # ks-40, held on NUMA 0 of cpu-ks1 (its best node) and not yet admitted by the kubelet: another 40 CPUs would
+    # take NUMA 0 if they reached the kubelet first, and ks-40 NUMA 1. It waits until ks-40 runs.
     pod = kubelet_static_pod("ks-bound", 40)
+    waiting = await ext.ok("/filter", args_nodecache(pod, ["cpu-ks1"]))
+    assert waiting["NodeNames"] == []
+    assert waiting["FailedNodes"]["cpu-ks1"].startswith(
+        "pod llm-inference/ks-40, bound here moments ago, is not yet admitted by the kubelet")
+    assert (await ext.ok("/bind", bind_args(kubelet_static_pod("ks-40", 40), "cpu-ks1")))["Error"] == ""
+    ran = kubelet_static_pod("ks-40", 40)
+    ran["metadata"]["annotations"][PLACEMENT] = AssumeCache(ext.cluster).placement("uid-ks-40")
+    ext.cluster.apply("Pod", "MODIFIED", {**ran, "spec": {**ran["spec"], "nodeName": "cpu-ks1"},
+                                          "status": {"phase": "Running"}})
+    # Bound where the extender says, the pod's placement records each container's CPUs as the kubelet takes them:
+    # the lowest-id NUMA node that fits (NUMA 1: ks-40 runs on NUMA 0), its lowest free whole cores.
     assert (await ext.ok("/filter", args_nodecache(pod, ["cpu-ks1"])))["NodeNames"] == ["cpu-ks1"]
     assert (await ext.ok("/bind", bind_args(pod, "cpu-ks1")))["Error"] == ""
     placed = ext.cluster.pods["uid-ks-bound"].placed
