@@ -25,7 +25,6 @@ from placement.demand import (
     pod_init_cpu_milli,
     pod_shared_cpu_milli,
     pod_shared_memory,
-    pod_shared_steps,
     read_model_pod,
     routed_containers,
 )
@@ -105,8 +104,6 @@ class PodRecord(NamedTuple):
     # may still run
     init_milli: int = 0
     initializing: bool = False
-    # Its containers that run for its life, in the kubelet's order, with their CPU (`pod_shared_steps`; () for one)
-    shared_steps: tuple[tuple[str, int], ...] = ()
 
     @property
     def active(self) -> bool:
@@ -348,7 +345,7 @@ class ClusterState:
             pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
             placed, bool(meta.get("deletionTimestamp")), kubelet_pod(str(uid), spec),
             routed_containers(meta.get("annotations"), spec) if model is None else (),
-            pod_init_cpu_milli(spec), initializing(obj), pod_shared_steps(spec),
+            pod_init_cpu_milli(spec), initializing(obj),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------

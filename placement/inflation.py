@@ -1,6 +1,5 @@
 """Where the balloons plugin grows and shrinks a balloon that non-model containers share (reserved, default, a
-namespace-routed type), NUMA node by NUMA node, in CPUs: the plugin resizes it container by container, each time to
-ceil(what its containers request) CPUs, and an odd CPU leaves its core's other thread free for the next growth.
+namespace-routed type), NUMA node by NUMA node, in cores.
 
 Read from nri-plugins v0.14.0 (cmd/plugins/balloons/policy: resizeBalloon, cputree.go's resizer chain, and
 pkg/cpuallocator) and held to the real plugin in tests/oracle/test_inflation.py:
@@ -32,9 +31,8 @@ from collections.abc import Iterable, Sequence
 def grow(grown: Sequence[int], free: Sequence[int], delta: int, *, close: int | None = None,
          far: Sequence[int] = (), base: Sequence[int] = (), balancing: bool = False,
          packages: Sequence[int] = ()) -> tuple[int, ...]:
-    """`grown` (CPUs per NUMA node beyond `base`, the balloon's own reserved CPUs) after `delta` more CPUs, taken
-    from `free`. `close` is the NUMA node the type prefers; `far`, in order, the ones others prefer. (A ledger
-    that grows a balloon all at once, from no history, calls it in cores.)"""
+    """`grown` (cores per NUMA node beyond `base`, the balloon's own reserved cores) after `delta` more cores,
+    taken from `free`. `close` is the NUMA node the type prefers; `far`, in order, the ones others prefer."""
     numa = range(len(free))
     pkg = packages or tuple(numa)
     held = [g + (base[i] if i < len(base) else 0) for i, g in enumerate(grown)]
@@ -53,7 +51,7 @@ def grow(grown: Sequence[int], free: Sequence[int], delta: int, *, close: int | 
         best = min(alone, key=lambda i: (-held_pkg[pkg[i]], -held[i], sign * free_pkg[pkg[i]], sign * free[i], i))
         out[best] += delta
         return tuple(out)
-    # No NUMA node holds it: the package that does, by the same order, else the whole node; in id order.
+    # No NUMA node holds it: the package that does, by the same order, else the whole node; idle cores in id order.
     whole = [p for p in sorted(free_pkg) if free_pkg[p] >= delta]
     if whole:
         chosen = min(whole, key=lambda p: (-held_pkg[p], sign * free_pkg[p], p))
@@ -69,7 +67,7 @@ def grow(grown: Sequence[int], free: Sequence[int], delta: int, *, close: int | 
 
 def shrink(grown: Sequence[int], free: Sequence[int], delta: int, *, base: Sequence[int] = (),
            packages: Sequence[int] = ()) -> tuple[int, ...]:
-    """`grown` after `delta` fewer CPUs, released one at a time."""
+    """`grown` after `delta` fewer cores, released one at a time."""
     out, room = list(grown), list(free)
     numa = range(len(out))
     pkg = packages or tuple(numa)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Collection, Container, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -194,9 +194,8 @@ class NodeLedger:
     _shared_total: int = field(init=False, default=0)
     _shared_by_type: dict[str, int] = field(init=False, default_factory=dict)
     _shared_count: dict[str, int] = field(init=False, default_factory=dict)
-    # Under the balloons plugin, per shared balloon type: CPUs per NUMA node it has grown into, applied resize by
-    # resize, container by container, as the plugin does (`placement.inflation`): where it grew depends on what was
-    # free then. A core any of whose CPUs it holds is no model core (`_cores_of`).
+    # Under the balloons plugin, per shared balloon type: cores per NUMA node it has grown into, applied resize by
+    # resize as the plugin does (`placement.inflation`): where it grew depends on what was free then.
     _grown: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
     # Where they have grown if this node's NUMA nodes sit on two packages, half each (issue 39: the plugin compares
     # packages first, and no label nor NodeResourceTopology says which NUMA nodes share one): kept beside `_grown`
@@ -385,7 +384,7 @@ class NodeLedger:
         return True
 
     def _grown_cores(self) -> tuple[int, ...]:
-        return tuple(self._cores_of(self._grown))
+        return tuple(sum(g[i] for g in self._grown.values()) for i in range(len(self.capacity)))
 
     def set_initializing(self, uid: str, running: bool) -> None:
         """Whether pod `uid`'s init containers run now (their cores, `_cycled`, are then not free)."""
@@ -417,21 +416,10 @@ class NodeLedger:
 
     def unlent_paired(self, free: Sequence[int]) -> tuple[int, ...]:
         """`unlent_free` on the two-package layout, whose free cores are `free` (`free_paired`)."""
-        return tuple(self._unlent(free, self._reserved_cores(self._paired)))
+        return tuple(self._unlent(free, self._paired.get(RESERVED_TYPE) or ()))
 
     def _spill(self, avail: Sequence[int], grown: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
-        held = self._cores_of(grown)
-        return _clamped([a - h for a, h in zip(avail, held)])
-
-    def _cores_of(self, grown: Mapping[str, tuple[int, ...]]) -> list[int]:
-        """Per NUMA node, the cores shared balloons of `grown` (CPUs per NUMA node) hold: a balloon's odd CPU takes a
-        core of its own (counted twice when two balloons share one: the ledger then holds one core too many)."""
-        t = self.threads_per_core
-        out = [0] * len(self.capacity)
-        for g in grown.values():
-            for i, cpus in enumerate(g):
-                out[i] += -(-cpus // t)
-        return out
+        return _clamped([a - sum(g[i] for g in grown.values()) for i, a in enumerate(avail)])
 
     def unlent_free(self) -> tuple[int, ...]:
         """Free model cores per NUMA node that are not reserved cores the policy lends: every other balloon takes
@@ -439,12 +427,7 @@ class NodeLedger:
         free = self.free()
         if self.observed_shared is not None and self.observed_idle_lent is not None:
             return tuple(f - min(idle, f) for f, idle in zip(free, self.observed_idle_lent))
-        return tuple(self._unlent(free, self._reserved_cores(self._grown) or self._lent_held))
-
-    def _reserved_cores(self, grown: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
-        """Cores per NUMA node the reserved balloon has grown into (`grown` holds CPUs); () when it has not."""
-        cpus = grown.get(RESERVED_TYPE)
-        return tuple(self._cores_of({RESERVED_TYPE: cpus})) if cpus else ()
+        return tuple(self._unlent(free, self._grown.get(RESERVED_TYPE) or self._lent_held))
 
     def _unlent(self, free: Sequence[int], held: Sequence[int]) -> list[int]:
         return [f - i for f, i in zip(free, self._idle_lent(free, held))]
@@ -571,50 +554,42 @@ class NodeLedger:
 
     def _resize_in(self, grown_by_type: dict[str, tuple[int, ...]], free: tuple[int, ...], balloon: str,
                    policy: BalloonsPolicy, packages: tuple[int, ...]) -> None:
-        """Resize `balloon` in `grown_by_type` (CPUs per NUMA node), whose layout leaves `free` model cores per NUMA
-        node. In CPUs, as the plugin counts: a free CPU is a free core's thread or the idle sibling of a shared
-        balloon's odd CPU, which it takes before a whole core when one CPU is all it needs."""
         btype = policy.route_type(balloon)
         milli = self._shared_by_type.get(balloon)
-        want = 0 if milli is None else shared_balloon_cpus(btype, milli, self._kept_cpus)
-        t = self.threads_per_core
+        want = 0 if milli is None else \
+            math.ceil(shared_balloon_cpus(btype, milli, self._kept_cpus) / self.threads_per_core)
         grown = grown_by_type.get(balloon, (0,) * len(self.capacity))
         reserved = btype.name == RESERVED_TYPE
-        base = tuple(len(self.reserved & n.cpus) for n in self.topology.numa_nodes) \
+        base = tuple(len(n.cores) - c for n, c in zip(self.topology.numa_nodes, self.capacity)) \
             if reserved and not self.lends_reserved else ()
-        held = self._cores_of(grown_by_type)
-        cpus = tuple(f * t + h * t - sum(g[i] for g in grown_by_type.values())
-                     for i, (f, h) in enumerate(zip(free, held)))
         delta = want - sum(grown)
         if delta > 0:
-            far = tuple(dict.fromkeys(b.close_numa for b in policy.balloon_types
-                                      if b.close_numa is not None and b.close_numa != btype.close_numa))
-            if self.lends_reserved:
-                # The reserved balloon prefers the reserved cpuset, which every other balloon takes last.
-                lent = [i * t for i in self._idle_lent(free, self._reserved_cores(grown_by_type))]
-                if reserved:
-                    # First the reserved cores still free, by the same rules, then the rest.
-                    first = min(delta, sum(lent))
-                    if first:
-                        before = grown
-                        grown = inflation.grow(grown, lent, first, far=far, balancing=policy.topology_balancing,
-                                               packages=packages)
-                        cpus = tuple(c - (g - b) for c, g, b in zip(cpus, grown, before))
-                        delta -= first
-                elif sum(cpus) - sum(lent) >= delta:
-                    cpus = tuple(c - i for c, i in zip(cpus, lent))
+            far = tuple(dict.fromkeys(t.close_numa for t in policy.balloon_types
+                                      if t.close_numa is not None and t.close_numa != btype.close_numa))
+            if reserved and self.lends_reserved:
+                # It prefers the reserved cpuset, which every other balloon takes last: first the reserved cores
+                # still free, by the same rules, then the rest.
+                idle = self._idle_lent(free, grown)
+                first = min(delta, sum(idle))
+                if first:
+                    before = grown
+                    grown = inflation.grow(grown, idle, first, far=far, balancing=policy.topology_balancing,
+                                           packages=packages)
+                    free = tuple(f - (g - b) for f, g, b in zip(free, grown, before))
+                    delta -= first
+            elif self.lends_reserved:
+                free = tuple(self._lent_last(free, grown_by_type.get(RESERVED_TYPE) or (), delta))
             if delta:
-                grown = inflation.grow(grown, cpus, delta, close=btype.close_numa, far=far, base=base,
+                grown = inflation.grow(grown, free, delta, close=btype.close_numa, far=far, base=base,
                                        balancing=policy.topology_balancing, packages=packages)
             short = want - sum(grown)
             if short > 0:
-                # No CPU is free that the ledger sees, yet the plugin may find one (a thread beside the reserved
-                # cpuset): hold it where the balloon has most, so that a ledger rebuilt in another order holds the
-                # same.
+                # No whole core is free, yet the plugin, which counts threads, still finds one: hold it where the
+                # balloon has most, so that a ledger rebuilt in another order holds the same.
                 most = max(range(len(grown)), key=lambda i: (grown[i], -i))
                 grown = tuple(g + short if i == most else g for i, g in enumerate(grown))
         elif delta < 0:
-            grown = inflation.shrink(grown, cpus, -delta, base=base, packages=packages)
+            grown = inflation.shrink(grown, free, -delta, base=base, packages=packages)
         if any(grown):
             grown_by_type[balloon] = grown
         else:
@@ -714,14 +689,11 @@ class NodeLedger:
         self.stamps.take(self.name)
         return holding
 
-    def set_shared(self, uid: str, milli: int, balloon: str = "", memory: int = 0, steps: Sequence[int] = ()) -> None:
+    def set_shared(self, uid: str, milli: int, balloon: str = "", memory: int = 0) -> None:
         """Containers of pod `uid` that hold no exclusive cores: `milli` CPU and `memory` bytes requested in
         balloon type `balloon` (the one they are routed to; "" off NRI). A pod with only best-effort containers
-        still puts them in a balloon, so it is recorded even at 0 millicores. `steps`: each container's CPU in the
-        order they start, when there are several: the plugin grows the balloon for each in turn."""
+        still puts them in a balloon, so it is recorded even at 0 millicores."""
         was = self._unshare(uid)
-        if was is None and len(steps) > 1 and self._resized_as_plugin:
-            self._grow_through(balloon, itertools.accumulate(steps[:-1]), milli)
         if memory:
             self._shared_memory[uid] = memory
             self._shared_memory_total += memory
@@ -734,20 +706,6 @@ class NodeLedger:
         self._resize_shared(balloon)
         self._free = self._free_memory = None
         self.stamps.take(self.name)
-
-    def _grow_through(self, balloon: str, sums: Iterable[int], milli: int) -> None:
-        """Resize `balloon` as a pod's containers join it one by one, `sums` being what they request together after
-        each but the last, which brings them to `milli`."""
-        was = self._shared_by_type.get(balloon)
-        for part in sums:
-            if part >= milli:
-                break
-            self._shared_by_type[balloon] = (was or 0) + part
-            self._resize_shared(balloon)
-        if was is None:
-            self._shared_by_type.pop(balloon, None)
-        else:
-            self._shared_by_type[balloon] = was
 
     def drop_shared(self, uid: str) -> None:
         self._kubelet_remove(uid)
