@@ -22,9 +22,8 @@ import random
 import pytest
 
 from tests.oracle.peer import BalloonsPeer
-from tests.oracle.scenarios import Group, Node, make_group, policy_spec
+from tests.oracle.scenarios import Group, Node, policy_spec
 from tests.oracle.sysfs import NodeShape
-from tests.oracle.test_differential import run_group
 
 EXACT = ("2 packages x 1 NUMA x 20 cores", "1 package x 4 NUMA x 16 cores")  # the ledger sees their hierarchy
 SHAPES = {
@@ -114,15 +113,3 @@ def test_the_issues_node_small_system_pods_come_and_go_and_every_admitted_model_
                     admitted += 1
                     assert dict(verdict.per_numa) == got, (step, verdict, got, node.free())
     assert admitted
-
-
-def test_a_shared_balloon_grows_container_by_container_in_cpus_as_the_plugin_grows_it() -> None:
-    """bench_oracle's group 1297, stream 2970002: 2 packages of two 56-core NUMA nodes, SMT on, the generated policy
-    lacking the types of TP 1 and 2, whose model pods the webhook resolves to best-effort and the plugin serves from
-    the reserved balloon (it takes every namespace). A best-effort pod of 11 + 1 CPUs grew it container by
-    container, in CPUs: by 11 onto NUMA node 3's last 5 cores and the idle sibling of a CPU it held there, then by
-    1 on NUMA node 2. A ledger that grew it by the pod's 6 cores at once put them all on NUMA node 2 and admitted a
-    TP=4 pod of 5 cores per NUMA node that the plugin then spread (NUMA node 2: 10)."""
-    tally = run_group(make_group(1297, widened=True), [2970002])
-    assert tally.table["admit/local"] >= 4, dict(tally.table)
-    assert not tally.bad and not tally.other_failures, tally.bad + tally.other_failures
