@@ -596,13 +596,12 @@ def _find_best(hints: Sequence[Hint]) -> Hint:
     return best
 
 
-def _release_memory(mem: MemoryState, blocks: Mapping[str, tuple[int, int]], undo: bool = False) -> MemoryState:
+def _release_memory(mem: MemoryState, blocks: Mapping[str, tuple[int, int]]) -> MemoryState:
     """RemoveContainer for each of a pod's blocks: what a block took is given back node by node, each up to what is
-    taken there. `undo`: from its last NUMA node first, as the charge filled them (the kubelet's own release starts
-    from the first, and may give back where another block took)."""
+    taken there."""
     free, count, cells = list(mem.free), list(mem.count), list(mem.cells)
     for numa, size in blocks.values():
-        for i in (sorted(bits(numa), reverse=True) if undo else bits(numa)):
+        for i in bits(numa):
             count[i] -= 1
             if count[i] == 0:
                 cells[i] = 1 << i
@@ -1147,31 +1146,29 @@ def reconcile(node: KubeletNode, state: KState, published: Sequence[int], unknow
 
 
 def reconcile_memory(mem: MemoryState, published: Sequence[int], unknown: Iterable[str]) -> MemoryState:
-    """The Memory Manager's state with the blocks of pods of unknown placement placed again where
-    node-feature-discovery says memory is taken: each as a single-NUMA block (what a pod smaller than a NUMA node
-    gets from the kubelet) on the lowest NUMA node whose unexplained use it fits, one of exactly its size first. The
-    state unchanged when they cannot all be placed so (a block larger than what any NUMA node misses)."""
-    unknown = [uid for uid in unknown if mem.blocks.get(uid)]
-    if not unknown:
-        return mem
-    released = mem
+    """The Memory Manager's state with the single-NUMA blocks of pods of unknown placement moved, one by one, from
+    NUMA nodes where it shows less free memory than node-feature-discovery published to ones where it shows at
+    least that block more, as long as that brings them closer (most blocks of small pods are single-NUMA, and a
+    replay in creation order puts them where the pods since gone left room)."""
+    diff = [ours - theirs for ours, theirs in zip(mem.free, published)]  # > 0: a block is missing there
+    after = mem
     for uid in unknown:
-        released = _release_memory(released, mem.blocks[uid], undo=True)
-    missing = [ours - theirs for ours, theirs in zip(released.free, published)]  # > 0: taken by unknown blocks
-    free, count, cells = list(released.free), list(released.count), list(released.cells)
-    blocks = {uid: b for uid, b in released.blocks.items() if uid not in unknown}
-    for uid in unknown:
-        placed: dict[str, tuple[int, int]] = {}
-        for name, (_, size) in mem.blocks[uid].items():
-            there = next((i for i in sorted(range(len(missing)), key=lambda i: (missing[i] != size, i))
-                          if missing[i] >= size), None)
+        for name, (numa, size) in list(after.blocks.get(uid, {}).items()):
+            here = numa.bit_length() - 1
+            if numa.bit_count() != 1 or diff[here] >= 0 or size == 0:
+                continue
+            there = next((i for i in sorted(range(len(diff)), key=lambda i: (diff[i] != size, i))
+                          if diff[i] >= size), None)
             if there is None:
-                return mem
-            missing[there] -= size
+                continue
+            diff[here] += size
+            diff[there] -= size
+            moved = _release_memory(after, {name: (numa, size)})
+            free, count, cells = list(moved.free), list(moved.count), list(moved.cells)
             _charge(free, count, cells, 1 << there, size)
-            placed[name] = (1 << there, size)
-        blocks[uid] = placed
-    return MemoryState(tuple(free), tuple(count), tuple(cells), mem.allocatable, blocks)
+            blocks = {**moved.blocks, uid: {**moved.blocks[uid], name: (1 << there, size)}}
+            after = MemoryState(tuple(free), tuple(count), tuple(cells), mem.allocatable, blocks)
+    return after
 
 
 def pessimize(node: KubeletNode, state: KState, unknown: Iterable[str], unseen: str) -> KState:

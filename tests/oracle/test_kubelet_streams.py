@@ -56,9 +56,8 @@ def test_kubelet_static_streams_never_admit_what_the_kubelet_rejects(batch: int)
 # Scenarios the 5,000 of bench/bench_oracle.py --kubelet found wrong on 2026-12-06, each fixed in the model:
 # 2033 (a regular init container's released memory block leaves its NUMA node the group it gave it), 3988, 4481
 # and 4728 (a rebuild replayed a pod of unknown placement onto CPUs a known one holds), 1508, 1938 and 3830 (a
-# rebuild without placements put Static Memory Manager blocks elsewhere than node-feature-discovery publishes), and
-# 1273 (with the placements, other schedulers' pods' blocks replayed where the NodeResourceTopology says they are not).
-FOUND = (2033, 3988, 4481, 4728, 1508, 1938, 3830, 1273)
+# rebuild without placements put Static Memory Manager blocks elsewhere than node-feature-discovery publishes).
+FOUND = (2033, 3988, 4481, 4728, 1508, 1938, 3830)
 
 
 def test_the_scenarios_thousands_found_stay_right() -> None:
