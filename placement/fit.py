@@ -511,8 +511,8 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
 def _overtaken(node: kub.KubeletNode, state: kub.KState, pod: kub.KPod, answer: kub.Admitted,
                pending: Mapping[str, tuple[str, kub.KPod]]) -> str | None:
     """A pod bound here that the kubelet has not admitted yet, whose admission would change if this one reached the
-    kubelet first (rejected, or its containers or this pod's on other NUMA nodes than predicted); None if none."""
-    m = node.machine
+    kubelet first (rejected, or its containers or this pod's on other CPUs than predicted: the placement persisted
+    at bind must be what the kubelet gives); None if none."""
     for uid, (name, other) in pending.items():
         if uid == pod.uid or uid not in state.assigned:
             continue
@@ -520,9 +520,8 @@ def _overtaken(node: kub.KubeletNode, state: kub.KState, pod: kub.KPod, answer: 
         if not isinstance(first, kub.Admitted):
             return name
         second = kub.admit(node, first.state, other)
-        if not isinstance(second, kub.Admitted) or \
-                any(m.per_numa(first.cpus.get(c, 0)) != m.per_numa(cpus) for c, cpus in answer.cpus.items()) or \
-                any(m.per_numa(second.cpus.get(c, 0)) != m.per_numa(cpus) for c, cpus in state.assigned[uid].items()):
+        if not isinstance(second, kub.Admitted) or dict(first.cpus) != dict(answer.cpus) or \
+                dict(second.cpus) != state.assigned[uid]:
             return name
     return None
 

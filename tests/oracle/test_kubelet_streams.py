@@ -69,7 +69,7 @@ def test_the_scenarios_thousands_found_stay_right() -> None:
 def test_a_pod_bound_moments_after_another_waits_when_the_kubelets_order_would_swap_them() -> None:
     """bench_fleet's kubelet-static fleet (2026-12-06): two pods bound to one node 1 ms apart, the kubelet admitted the
     later bind first and rejected the other. The kubelet admits pods in the order they reach it; while a pod bound
-    here is still Pending, the next one is offered only if either order gives both the NUMA nodes predicted."""
+    here is still Pending, the next one is offered only if either order gives both the CPUs predicted."""
     s = Scenario(0, packages=2, numa_per_package=1, cores_per_numa=4, threads_per_core=1, policy="restricted",
                  scope=kub.CONTAINER, options=(), reserved_cpus="0", reserved_count=1, prefer_closest=False, nrt=False)
     with KubeletPeer() as peer:
