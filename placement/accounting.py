@@ -61,6 +61,8 @@ class Record(Protocol):
     @property
     def created(self) -> str: ...
     @property
+    def started(self) -> bool: ...
+    @property
     def kpod(self) -> kub.KPod | None: ...
     @property
     def phase(self) -> str: ...
@@ -435,7 +437,7 @@ def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> bool:
             after = kub.place_known(state, rec.uid, cpus, requested)
             log.warning("pod runs where the kubelet, as modelled, would reject it", extra={
                 "pod": f"{rec.namespace}/{rec.name}", "node": ledger.name, "reason": answer.message})
-    if rec.phase == "Pending" and cpus:
+    if rec.phase == "Pending" and not rec.started and cpus:
         ledger.kubelet_pending = {**ledger.kubelet_pending, rec.uid: (f"{rec.namespace}/{rec.name}", kpod)}
     demand = rec.model
     if demand is None:

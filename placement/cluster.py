@@ -104,6 +104,8 @@ class PodRecord(NamedTuple):
     # may still run
     init_milli: int = 0
     initializing: bool = False
+    # status.startTime set: its node's kubelet admitted it (its containers may still be pulling images, in Pending)
+    started: bool = False
 
     @property
     def active(self) -> bool:
@@ -345,7 +347,7 @@ class ClusterState:
             pod_priority(spec), self.eligibility(spec) if model is not None and not spec.get("nodeName") else None,
             placed, bool(meta.get("deletionTimestamp")), kubelet_pod(str(uid), spec),
             routed_containers(meta.get("annotations"), spec) if model is None else (),
-            pod_init_cpu_milli(spec), initializing(obj),
+            pod_init_cpu_milli(spec), initializing(obj), bool((obj.get("status") or {}).get("startTime")),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------

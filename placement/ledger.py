@@ -249,8 +249,9 @@ class NodeLedger:
     # Pods of unknown placement holding memory of a Static Memory Manager that the node's NodeResourceTopology says
     # is elsewhere than replayed: its NUMA groups, which decide its next hints, are unknown while they run.
     memory_unknown: frozenset[str] = field(init=False, default=frozenset())
-    # Pods bound here whose exclusive CPUs the kubelet has not yet given (phase Pending): it admits pods in the
-    # order they reach it, which a bind moments apart does not decide.
+    # Pods bound here the kubelet has not admitted yet (Pending, no startTime: an admitted pod pulling its image is
+    # Pending for minutes, with its CPUs given): it admits pods in the order they reach it, which binds moments apart
+    # do not decide.
     kubelet_pending: dict[str, tuple[str, kub.KPod]] = field(init=False, default_factory=dict)  # uid -> pod, as read
 
     def __post_init__(self) -> None:

@@ -91,6 +91,8 @@ def test_a_pod_bound_moments_after_another_waits_when_the_kubelets_order_would_s
         waiting = AssumeCache(node.cluster).assume("uid-m2", "models", "m2", demand_b, NODE)
         assert not waiting.ok and waiting.resolvable
         assert "pod models/m1, bound here moments ago, is not yet admitted by the kubelet" in waiting.reason
-        # A runs: its CPUs are the kubelet's, and B is offered NUMA node 1.
-        node.cluster.apply("Pod", "MODIFIED", {**pending, "status": {"phase": "Running"}})
+        # The kubelet admitted A (status.startTime; still Pending while its image is pulled): its CPUs are the
+        # kubelet's, and B is offered NUMA node 1.
+        node.cluster.apply("Pod", "MODIFIED", {**pending, "status": {"phase": "Pending",
+                                                                     "startTime": "2026-12-06T12:00:01Z"}})
         assert AssumeCache(node.cluster).assume("uid-m2", "models", "m2", demand_b, NODE).per_numa == ((1, 2),)
