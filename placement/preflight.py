@@ -164,7 +164,8 @@ def preflight(
         no_cpu = cpu_problems(spec)
         if no_cpu:
             return _refused(NotGuaranteed(demand.pod, tuple(no_cpu), "cpu"))
-    explicit = demand.balloon_type != f"{cluster.settings.nri_balloon_prefix}{demand.tp}"
+    # The type a pod's ranks make (TP x PP x DP-in-pod) is derived, not asked for: only another one was named.
+    explicit = demand.balloon_type != f"{cluster.settings.nri_balloon_prefix}{demand.numa_nodes}"
     notes: tuple[str, ...] = ()
     if demand.requested_policy == "nri-balloons" and resolution.policy != "nri-balloons":
         if explicit and resolution.reason == NRI_FALLBACK:
@@ -172,7 +173,7 @@ def preflight(
                 eligible = cluster.eligible(spec)
             return _refused(UnknownBalloonType(demand.pod, demand.balloon_type,
                                                tuple(ledger.name for ledger in eligible if ledger.nri.running),
-                                               f"{cluster.settings.nri_balloon_prefix}{demand.tp}"))
+                                               f"{cluster.settings.nri_balloon_prefix}{demand.numa_nodes}"))
         if resolution.reason == NRI_FALLBACK:
             notes = (f"{demand.pod} {fallback_text(demand)}",)
     if found and resolution.policy == "kubelet-static" and not fitmod.rank_local(resolved, fits[-1]):

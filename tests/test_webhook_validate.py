@@ -195,6 +195,23 @@ async def test_explicit_balloon_type_no_policy_defines_is_refused(wh: Webhook) -
             "remove the model-manager.io/nri-balloon annotation to use vllm-balloon-tp1")
 
 
+async def test_a_balloon_type_derived_from_pipeline_ranks_falls_back_as_one_derived_from_tp(
+        make_webhook: MakeWebhook) -> None:
+    """A TP=1 PP=2 pod needs `vllm-balloon-tp2` as a TP=2 pod does, and nobody named it: where no policy defines it,
+    both run best-effort and are told why. The PP pod was refused as if its author had named the type, "remove the
+    nri-balloon annotation", which it does not carry (found by bench/bench_fleet.py)."""
+    policy = balloons_policy("solo")
+    policy["spec"]["balloonTypes"] = [t for t in policy["spec"]["balloonTypes"] if t["name"] != "vllm-balloon-tp2"]
+    wh = await make_webhook([node("solo"), policy])
+    for ranks in ("tensor-parallel-size", "pipeline-parallel-size"):
+        sent = kserve(ranks, cpu="8", **{f"model-manager.io/{ranks}": "2"})
+        annotations = (await wh.mutate(sent)).pod["metadata"]["annotations"]
+        assert annotations[MESSAGE] == ("runs best-effort without exclusive cores: no eligible node has a running "
+                                        "NRI balloons plugin with balloon type vllm-balloon-tp2."), annotations
+        answer = await admitted(wh, sent)
+        assert answer.allowed, answer.message
+
+
 @pytest.mark.parametrize(("cpu", "phrase"), [("-3", "cpu '-3' is negative"),
                                              ("abc", "cpu 'abc' is not a Kubernetes quantity"),
                                              ("0", "requests no CPU")])
