@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from bench.common import (
     node_name,
     node_object,
     node_shape,
+    tree_env,
 )
 from tests.support.process import ServerProcess
 
@@ -133,9 +133,10 @@ class Scheduler:
 
 
 async def measure(tree: Path, args: argparse.Namespace, cluster_file: Path, per: int, n_nodes: int) -> Counter[str]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    # `tree`'s command line: ServerProcess's own command would run this checkout's whatever the environment says
     proc = ServerProcess(["extender", "--cluster", str(cluster_file), "--insecure-http", "--host", "127.0.0.1",
-                          "--port", "0", "--drain-seconds", "0"], env=env)
+                          "--port", "0", "--drain-seconds", "0"],
+                         env=tree_env(tree), argv0=[sys.executable, "-m", "cli"])
     try:
         pods = [(model_pod(f"llm-{k:04d}-x", f"uid-{k}", 1, per), per) for k in range(args.pods)]
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:

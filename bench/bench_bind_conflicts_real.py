@@ -38,7 +38,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, TEMPLATE_NS, Binds, clones, control_plane, delete_pods, our_metric, template_pod
+from bench.common import (
+    ROOT,
+    TEMPLATE_NS,
+    Binds,
+    clones,
+    control_plane,
+    delete_pods,
+    our_metric,
+    template_pod,
+    tree_env,
+)
 from tests.e2e.cluster import Cluster, node, wait_until
 from tests.e2e.fleet import model_pod
 
@@ -62,10 +72,10 @@ def holds_off_tree(where: Path) -> Path:
 
 
 def start_extender(cluster: Cluster, tree: Path) -> None:
-    """Our extender with the args of its container, its code from `tree` (PYTHONSAFEPATH: not the cwd's)."""
+    """Our extender with the args of its container, its code from `tree`."""
     old = cluster.components["extender"]
     old.stop()
-    env = {**old.env, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(tree)}
+    env = {**old.env, **tree_env(tree)}
     cluster.components["extender"] = dataclasses.replace(old, env=env, proc=None).start()
     cluster.wait_ready("extender")
 

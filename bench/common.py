@@ -741,6 +741,11 @@ def get_tls(port: int, path: str, ca: str) -> str:
     return str(urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=ctx, timeout=10).read().decode())
 
 
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment that runs `python -m cli` from the source tree `tree` (PYTHONSAFEPATH: not the cwd's)."""
+    return {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(tree)}
+
+
 @contextlib.contextmanager
 def fake_apiserver(nodes: int, pods: int) -> Iterator[str]:
     """tests/support/fakeapi.py serving a synthetic fleet from a process of its own; yields its URL."""
