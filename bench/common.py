@@ -6,8 +6,9 @@ printout:
 - the payloads kube-apiserver and kube-scheduler send (recorded under tests/fixtures/recorded/), varied as they
   vary between the replicas of one model: an AdmissionReview, a pending pod in ExtenderArgs;
 - our servers on loopback (the extender in a process of its own, built on a synthetic fleet; the webhook over TLS;
-  the fake apiserver), the keep-alive client that calls the extender as kube-scheduler does, and a control plane with
-  model-placement installed (tests/e2e/cluster.py) with a watch of the binds;
+  the fake apiserver; our command line from another source tree), the keep-alive client that calls the extender as
+  kube-scheduler does, and a control plane with model-placement installed (tests/e2e/cluster.py) with a watch of the
+  binds;
 - the figures: percentiles, a process's CPU and memory, the machine's load, a child process's JSON answer.
 
 Nothing of placement/ is imported at module level: bench/bench_fit.py measures the placement/ of another tree
@@ -806,7 +807,8 @@ def template_pod(cluster: Any, memory: str = "64Gi") -> dict[str, Any]:
     from tests.e2e.fleet import model_pod as user_model_pod
 
     cluster.create_pods([user_model_pod("template", TEMPLATE_NS, tp=1, cpu="16", memory=memory)])
-    return dict(cluster.pods(TEMPLATE_NS)[0])
+    template: dict[str, Any] = cluster.pods(TEMPLATE_NS)[0]
+    return template
 
 
 def delete_pods(cluster: Any, namespace: str) -> None:
