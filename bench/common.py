@@ -113,7 +113,7 @@ def metric(text: str, name: str, label: str) -> dict[str, float]:
     """A metric of a Prometheus text exposition, summed by the value of one of its labels."""
     out: dict[str, float] = {}
     for m in re.finditer(rf'^{name}\{{([^}}]*)\}} (\S+)$', text, re.M):
-        value = re.search(rf'{label}="([^"]*)"', m.group(1))
+        value = re.search(rf'(?<!\w){label}="([^"]*)"', m.group(1))
         if value:
             out[value.group(1)] = out.get(value.group(1), 0.0) + float(m.group(2))
     return out
