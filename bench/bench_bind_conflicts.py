@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import sys
 import tempfile
@@ -31,18 +30,28 @@ from typing import Any
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_extender import balloons_policy, model_pod, node_name, node_object, node_shape  # noqa: E402
-from tests.support.process import ServerProcess  # noqa: E402
+from bench.common import (
+    ROOT,
+    balloons_policy,
+    cluster_list,
+    extender_args,
+    model_balloon_types,
+    model_pod,
+    node_name,
+    node_object,
+    node_shape,
+    tree_env,
+)
+from tests.support.process import ServerProcess
 
 WEIGHT = 15  # manifests/base/config/kube-scheduler.yaml
-RESERVED_CORES_PER_NUMA = 2  # bench_extender's 8 reserved CPUs on a 2-NUMA SMT node
+RESERVED_CORES_PER_NUMA = 2  # the synthetic fleet's 8 reserved CPUs (common.RESERVED) on a 2-NUMA SMT node
 
 
 def uniform_nodes() -> list[int]:
-    """bench_extender's node indices of one shape, outside its node group with a policy of its own."""
+    """The synthetic fleet's node indices of one shape, outside its node group with a policy of its own."""
     return [i for i in range(100_000) if node_shape(i) == (2, 32, True) and i % 10 != 3]  # group numa2
 
 
@@ -51,12 +60,8 @@ def fleet(n_pods: int) -> tuple[list[dict[str, Any]], int, int]:
     per = (32 - RESERVED_CORES_PER_NUMA) // 2
     indices = uniform_nodes()[: -(-n_pods // 4)]
     nodes = [node_object(i) for i in indices]
-    policy = balloons_policy("group.numa2", 2, {node_name(i): "Success" for i in indices})
+    policy = balloons_policy("group.numa2", {node_name(i): "Success" for i in indices}, model_balloon_types(2))
     return [*nodes, policy], per, len(nodes)
-
-
-def args_body(pod: dict[str, Any], names: list[str]) -> bytes:
-    return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
 
 
 class Scheduler:
@@ -71,8 +76,8 @@ class Scheduler:
         self.queue: list[tuple[dict[str, Any], int]] = []
         self.outcomes: Counter[str] = Counter()
 
-    async def post(self, verb: str, body: bytes) -> Any:
-        async with self.session.post(f"{self.url}/{verb}", data=body,
+    async def post(self, verb: str, payload: dict[str, Any]) -> Any:
+        async with self.session.post(f"{self.url}/{verb}", data=json.dumps(payload).encode(),
                                      headers={"Content-Type": "application/json"}) as resp:
             assert resp.status == 200, (verb, resp.status, await resp.text())
             return await resp.json()
@@ -81,7 +86,7 @@ class Scheduler:
         return 100 * (1 - self.assumed[node] / self.capacity)
 
     async def cycle(self, pod: dict[str, Any], cpus: int) -> None:
-        passed = (await self.post("filter", args_body(pod, self.names)))["NodeNames"]
+        passed = (await self.post("filter", extender_args(pod, self.names)))["NodeNames"]
         if not passed:
             self.outcomes["unschedulable-for-now"] += 1
             if self.in_flight:
@@ -91,7 +96,7 @@ class Scheduler:
         if len(passed) == 1:
             node = passed[0]  # schedulePod skips scoring for a single feasible node
         else:
-            scores = {p["Host"]: p["Score"] for p in await self.post("prioritize", args_body(pod, passed))}
+            scores = {p["Host"]: p["Score"] for p in await self.post("prioritize", extender_args(pod, passed))}
             totals = {n: scores.get(n, 0) * WEIGHT * 10 + self.least_allocated(n) for n in passed}
             top = max(totals.values())
             node = self.rng.choice([n for n, t in totals.items() if t == top])
@@ -103,8 +108,7 @@ class Scheduler:
     async def bind(self, pod: dict[str, Any], cpus: int, node: str) -> None:
         await asyncio.sleep(self.bind_delay)
         meta = pod["metadata"]
-        body = json.dumps({"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],
-                           "Node": node}).encode()
+        body = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
         error = (await self.post("bind", body))["Error"]
         if error:
             self.outcomes["conflict"] += 1
@@ -129,9 +133,10 @@ class Scheduler:
 
 
 async def measure(tree: Path, args: argparse.Namespace, cluster_file: Path, per: int, n_nodes: int) -> Counter[str]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    # `tree`'s command line: ServerProcess's own command would run this checkout's whatever the environment says
     proc = ServerProcess(["extender", "--cluster", str(cluster_file), "--insecure-http", "--host", "127.0.0.1",
-                          "--port", "0", "--drain-seconds", "0"], env=env)
+                          "--port", "0", "--drain-seconds", "0"],
+                         env=tree_env(tree), argv0=[sys.executable, "-m", "cli"])
     try:
         pods = [(model_pod(f"llm-{k:04d}-x", f"uid-{k}", 1, per), per) for k in range(args.pods)]
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
@@ -156,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     objects, per, n_nodes = fleet(args.pods)
     with tempfile.TemporaryDirectory() as tmp:
         cluster_file = Path(tmp) / "fleet.json"
-        cluster_file.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        cluster_file.write_text(json.dumps(cluster_list(objects)))
         runs = [("after", ROOT)] + ([("before", args.before)] if args.before else [])
         print(f"{args.pods} TP=1 pods of {per} cores onto {n_nodes} nodes (2 NUMA x {2 * per} model cores: they just "
               f"fit); bind {args.bind_delay_ms:g} ms after its cycle, {args.cycle_ms:g} ms per cycle")

@@ -36,14 +36,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_scheduler import Binds, clones  # noqa: E402
-from tests.e2e.cluster import Cluster, node, wait_until  # noqa: E402
-from tests.e2e.fleet import model_pod  # noqa: E402
+from bench.common import (
+    ROOT,
+    TEMPLATE_NS,
+    Binds,
+    clones,
+    control_plane,
+    delete_pods,
+    our_metric,
+    template_pod,
+    tree_env,
+)
+from tests.e2e.cluster import Cluster, node, wait_until
+from tests.e2e.fleet import model_pod
 
-TEMPLATE_NS, BENCH_NS, PLACED_NS = "bench-template", "bench", "bench-placed"
+BENCH_NS, PLACED_NS = "bench", "bench-placed"
 SCHEDULER = "model-placement-scheduler"
 
 
@@ -63,18 +72,16 @@ def holds_off_tree(where: Path) -> Path:
 
 
 def start_extender(cluster: Cluster, tree: Path) -> None:
-    """Our extender with the args of its container, its code from `tree` (PYTHONSAFEPATH: not the cwd's)."""
+    """Our extender with the args of its container, its code from `tree`."""
     old = cluster.components["extender"]
     old.stop()
-    env = {**old.env, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(tree)}
+    env = {**old.env, **tree_env(tree)}
     cluster.components["extender"] = dataclasses.replace(old, env=env, proc=None).start()
     cluster.wait_ready("extender")
 
 
 def bind_results(cluster: Cluster) -> dict[str, float]:
-    _, body = cluster.get_ours("extender", "/metrics")
-    return {m.group(1): float(m.group(2)) for m in re.finditer(
-        r'^model_placement_extender_bind_total\{result="([^"]*)"\} (\S+)$', body.decode(), re.M)}
+    return our_metric(cluster, "model_placement_extender_bind_total", "result")
 
 
 def check_cores(cluster: Cluster, pods: int) -> str:
@@ -159,8 +166,7 @@ def run(cluster: Cluster, template: dict[str, Any], tree: Path, pods: int) -> di
     results = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     problem = check_cores(cluster, pods)
     cluster.components["kube-scheduler"].stop()
-    cluster.api.call("DELETE", f"/api/v1/namespaces/{BENCH_NS}/pods?gracePeriodSeconds=0")
-    wait_until("the pods gone", lambda: not cluster.pods(BENCH_NS), timeout=120)
+    delete_pods(cluster, BENCH_NS)
     refused = sum(v for k, v in results.items() if k != "bound")
     return {"results": results, "conflicts": refused, "wall": wall, "problem": problem,
             "overtaken": overtaken(log.read_text().splitlines()[since:])}
@@ -190,30 +196,13 @@ def main() -> int:
 
 
 def measure(root: Path, kind: str, pods: int, runs: int, off: Path) -> list[tuple[str, dict[str, Any]]]:
-    cluster = Cluster(root)
-    try:
-        cluster.start()
-        cluster.install()
-        cluster.kubectl("apply", "-f", str(ROOT / "manifests" / "examples" / "balloonspolicy.yaml"))
-        cluster.create_namespace(TEMPLATE_NS, enabled=True)
-        for ns in (BENCH_NS, PLACED_NS):
-            cluster.create_namespace(ns, enabled=False)
-        nodes, placed = fleet(kind, pods)
-        cluster.create_nodes(nodes)
-        cluster.create_pods(placed)
-        cluster.start_model_placement("webhook")
-        cluster.start_model_placement("extender")
-        cluster.create_pods([model_pod("template", TEMPLATE_NS, tp=1, cpu="16", memory="16Gi")])
-        template = cluster.pods(TEMPLATE_NS)[0]
+    nodes, placed = fleet(kind, pods)
+    with control_plane(root, nodes, (BENCH_NS, PLACED_NS), placed) as cluster:
+        template = template_pod(cluster, memory="16Gi")
         # it is pending for our scheduler too: it would take a NUMA node of the fleet that just fits
         cluster.api.call("DELETE", f"/api/v1/namespaces/{TEMPLATE_NS}/pods/template?gracePeriodSeconds=0")
         return [(label, run(cluster, template, tree, pods))
                 for _ in range(runs) for label, tree in (("holds on", ROOT), ("holds off", off))]
-    except BaseException:
-        print(cluster.tails(), file=sys.stderr)
-        raise
-    finally:
-        cluster.stop()
 
 
 if __name__ == "__main__":

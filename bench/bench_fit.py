@@ -37,92 +37,16 @@ from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 CHECKOUT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(CHECKOUT))
+# This checkout's fleet (it imports placement/ only when called, so from the tree measured), then that tree.
+from bench.common import FIT_SHAPES, child_json, fit_fleet, load_average, raw_model_pod, static_fleet  # noqa: E402
+
 # The tree whose placement/ is measured: this checkout, or the one a parent run names (--against).
 sys.path.insert(0, os.environ.get("BENCH_FIT_TREE", str(CHECKOUT)))
 
-from placement.balloons import node_balloons_policy  # noqa: E402
 from placement.cluster import ClusterState  # noqa: E402
 from placement.config import Settings  # noqa: E402
 from placement.mutation import mutate_pod  # noqa: E402
-
-SMT_LABEL = "feature.node.kubernetes.io/cpu-hardware_multithreading"
-NUMA_LABEL = "feature.node.kubernetes.io/memory-numa.node_count"
-GROUP_LABEL = "config.nri/group"
-AMX_LABEL = "feature.node.kubernetes.io/cpu-security.amx.enabled"  # model pods require AMX by default
-SHAPES = ((2, 32, 2), (2, 48, 2), (4, 24, 2), (4, 16, 1), (8, 20, 2))  # NUMA nodes, cores per NUMA, SMT width
-
-
-def node(name: str, numa: int, cores: int, tpc: int) -> dict[str, Any]:
-    cpus = numa * cores * tpc
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {NUMA_LABEL: str(numa), SMT_LABEL: str(tpc == 2).lower(),
-                                                  GROUP_LABEL: f"n{numa}-c{cores}-t{tpc}", AMX_LABEL: "true"}},
-            "status": {"capacity": {"cpu": str(cpus), "memory": "512Gi", "pods": "110"},
-                       "allocatable": {"cpu": str(cpus - 2), "memory": "500Gi", "pods": "110"},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
-
-
-def model_pod(name: str, tp: int, cpus: int, node_name: str | None = None, policy: str = "") -> dict[str, Any]:
-    pod: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "models", "uid": f"uid-{name}",
-                     "labels": {"model-manager.io/model": name},
-                     "annotations": {"model-manager.io/cpu-policy": policy} if policy else {},
-                     "creationTimestamp": "2026-12-01T00:00:00Z"},
-        "spec": {"containers": [{"name": "main", "image": "vllm", "command": ["vllm", "serve"],
-                                 "args": ["/models/m", "--tensor-parallel-size", str(tp)],
-                                 "resources": {"requests": {"cpu": str(cpus), "memory": "16Gi"},
-                                               "limits": {"cpu": str(cpus), "memory": "16Gi"}}}]},
-        "status": {"phase": "Pending"},
-    }
-    if node_name:
-        pod["spec"]["nodeName"] = node_name
-        pod["status"]["phase"] = "Running"
-    return pod
-
-
-def static_fleet(count: int) -> list[dict[str, Any]]:
-    """The same shapes and running models, pinned by the kubelet."""
-    nodes = [node(f"n-{k:04d}", *SHAPES[k % len(SHAPES)]) for k in range(count)]
-    nrts = []
-    for k, obj in enumerate(nodes):
-        obj["metadata"]["labels"]["model-manager.io/cpu-manager"] = "static"
-        numa, cores, tpc = SHAPES[k % len(SHAPES)]
-        cpus = cores * tpc
-        nrts.append({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-                     "metadata": {"name": obj["metadata"]["name"]},
-                     "attributes": [{"name": "topologyManagerPolicy",
-                                     "value": ("single-numa-node", "restricted")[k % 2]},
-                                    {"name": "topologyManagerScope", "value": "container"}],
-                     "zones": [{"name": f"node-{i}", "type": "Node", "resources": [
-                         {"name": "cpu", "capacity": str(cpus), "allocatable": str(cpus - 2 * (i == 0))}]}
-                         for i in range(numa)]})
-    pods = [model_pod(f"run-{k}-{j}", tp, 2 * tp * (1 + (k // (j + 1) + j) % 3), obj["metadata"]["name"],
-                      "kubelet-static")
-            for k, obj in enumerate(nodes)
-            for j, tp in enumerate(t for t in (1, 2, 4) if t <= int(obj["metadata"]["labels"][NUMA_LABEL]))]
-    return [*nodes, *nrts, *pods]
-
-
-def fleet(count: int, settings: Settings) -> list[dict[str, Any]]:
-    nodes = [node(f"n-{k:04d}", *SHAPES[k % len(SHAPES)]) for k in range(count)]
-    topology = ClusterState.from_objects(nodes, settings)
-    policies = {}
-    for obj in nodes:
-        group = obj["metadata"]["labels"][GROUP_LABEL]
-        if group not in policies:
-            ledger = topology.ledger(obj["metadata"]["name"])
-            policy = node_balloons_policy(obj["metadata"]["name"], ledger.topology, settings, "kube-system")
-            policy["metadata"]["name"] = f"group.{group}"
-            policies[group] = policy
-    pods = []
-    for k, obj in enumerate(nodes):
-        numa = int(obj["metadata"]["labels"][NUMA_LABEL])
-        # Distinct per node: k's digits pick the sizes of up to three running models.
-        for j, tp in enumerate(t for t in (1, 2, 4) if t <= numa):
-            size = 2 * tp * (1 + (k // (j + 1) + j) % 3)
-            pods.append(model_pod(f"run-{k}-{j}", tp, size, obj["metadata"]["name"]))
-    return [*nodes, *policies.values(), *pods]
 
 
 def fresh_ledgers(cluster: ClusterState, pods: list[dict[str, Any]], names: Sequence[str]) -> list[Any]:
@@ -170,17 +94,17 @@ class Fleet(NamedTuple):
 
 def prepare(nodes: int, out: TextIO, policy: str = "nri-balloons") -> Fleet:
     settings = Settings()
-    objects = fleet(nodes, settings) if policy == "nri-balloons" else static_fleet(nodes)
+    objects = fit_fleet(nodes, settings) if policy == "nri-balloons" else static_fleet(nodes)
     pods = [o for o in objects if o["kind"] == "Pod"]
     cluster = ClusterState.from_objects(objects, settings)
     names = sorted(cluster.nodes)
     distinct = len({(ledger.capacity, ledger.threads_per_core, ledger.free()) for ledger in cluster.ledgers()})
-    print(f"{policy}: {len(names)} nodes of {len(SHAPES)} shapes, {len(pods)} running model pods, "
+    print(f"{policy}: {len(names)} nodes of {len(FIT_SHAPES)} shapes, {len(pods)} running model pods, "
           f"{distinct} distinct (shape, free cores) ledgers", file=out)
     demands = {}
     for tp in TPS:
-        mutation = mutate_pod(model_pod(f"new-tp{tp}", tp, 8 * tp, policy="" if policy == "nri-balloons" else policy),
-                              cluster)
+        pod = raw_model_pod(f"new-tp{tp}", tp, 8 * tp, policy="" if policy == "nri-balloons" else policy)
+        mutation = mutate_pod(pod, cluster)
         assert mutation.demand is not None and mutation.demand.policy == policy, mutation.resolution
         demands[tp] = mutation.demand
     return Fleet(cluster, pods, names, demands)
@@ -221,10 +145,9 @@ def run_trees(trees: Sequence[Path], nodes: int, rounds: int) -> list[dict[int, 
     for r in range(rounds):
         order = list(enumerate(trees))
         for k, tree in order if r % 2 == 0 else reversed(order):
-            out = subprocess.run([sys.executable, __file__, "--child", "--nodes", str(nodes), "--rounds", "1"],
-                                 env={**os.environ, "BENCH_FIT_TREE": str(tree)}, check=True, capture_output=True,
-                                 text=True).stdout
-            for tp, got in json.loads(out).items():
+            out = child_json("fit", [__file__, "--child", "--nodes", str(nodes), "--rounds", "1"],
+                             env={**os.environ, "BENCH_FIT_TREE": str(tree)})
+            for tp, got in out.items():
                 results[k][int(tp)].extend(Round(*g) for g in got)
     return results
 
@@ -267,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child:
         print(json.dumps(run(args.nodes, args.rounds, False, sys.stderr)))  # stdout is the parent's to read
         return 0
-    print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average {load_average()}")
     if not args.against:
         both = [prepare(args.nodes, sys.stdout), prepare(args.nodes, sys.stdout, "kubelet-static")]
         balloons, static = rounds_of(both, args.rounds, args.profile, sys.stdout)
@@ -283,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worst = report(label(CHECKOUT), results[0], args.nodes)
         for tree, got in zip(trees[1:], results[1:]):
             report(label(tree), got, args.nodes)
-    print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average {load_average()}")
     return 0 if worst <= GOAL else 1
 
 

@@ -3,8 +3,8 @@
     python bench/bench_load.py [--nodes 5000] [--pods 100000] [--repeat 3]
 
 The file is what `kubectl get nodes,pods,balloonspolicies,noderesourcetopologies -A -o json` prints for the
-fleet `bench_extender.py` builds. Timed, best of `--repeat`, each run on the bytes already in memory (the page
-cache makes reading the file itself noise):
+fleet `bench_extender.py` measures (bench/common.py `build_fleet`). Timed, best of `--repeat`, each run on the bytes
+already in memory (the page cache makes reading the file itself noise):
 - `json.loads` of the file: the baseline;
 - `load_cluster_file` (orjson, then the per-object checks every malformed object is named by): goal ≤ 3× the
   baseline;
@@ -15,36 +15,21 @@ cache makes reading the file itself noise):
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import best, build_fleet, cluster_list
 
 GOAL = 3.0
-
-
-def best(repeat: int, run: Callable[[], Any]) -> float:
-    times = []
-    for _ in range(repeat):
-        gc.collect()
-        started = time.perf_counter()
-        result = run()
-        times.append(time.perf_counter() - started)
-        del result
-    return min(times)
 
 
 def main(argv: list[str] | None = None) -> int:
     import orjson
 
-    from bench.bench_extender import build_fleet
     from placement.cluster import ClusterState
     from placement.config import Settings
     from server.inputs import load_cluster_file
@@ -57,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     objects = build_fleet(args.nodes, args.pods)
-    dump = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": objects}
+    dump = cluster_list(objects)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cluster.json"
         path.write_text(json.dumps(dump, indent=4))  # kubectl indents by 4

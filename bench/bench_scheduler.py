@@ -32,71 +32,26 @@ the binds are ours. `--qps` lifts the limit in all three, which measures the sch
 from __future__ import annotations
 
 import argparse
-import copy
-import json
 import os
-import re
 import signal
 import statistics
 import sys
 import tempfile
-import threading
-import time
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import Binds, clones, control_plane, delete_pods, our_metric, process_cpu, template_pod
 from tests.e2e.cluster import Cluster, Component, free_port, node, wait_until
-from tests.e2e.fleet import model_pod
 from tests.peers.build import build
 
-TEMPLATE_NS, EXTENDED_NS = "bench-template", "bench"
+EXTENDED_NS = "bench"
 
 
 def route_seconds(cluster: Cluster) -> dict[str, float]:
     """Server-side seconds our extender spent per route, from its /metrics."""
-    _, body = cluster.get_ours("extender", "/metrics")
-    out: dict[str, float] = {}
-    for m in re.finditer(r'^model_placement_http_request_duration_seconds_sum\{([^}]*)\} (\S+)$', body.decode(), re.M):
-        route = re.search(r'route="([^"]*)"', m.group(1))
-        if route:
-            out[route.group(1)] = out.get(route.group(1), 0.0) + float(m.group(2))
-    return out
-
-
-class Binds:
-    """When each pod of a namespace was first seen bound, from one watch (polling the pod list instead cost the
-    apiserver ~15 ms a list of 300 pods, 2 ms per placed pod, and more the longer a run took: it taxed the slower
-    run most)."""
-
-    def __init__(self, cluster: Cluster, namespace: str) -> None:
-        self.times: dict[str, float] = {}
-        self._resp = cluster.api.http.request(
-            "GET", f"{cluster.server}/api/v1/namespaces/{namespace}/pods?watch=1&fieldSelector=spec.nodeName%21%3D",
-            headers={**cluster.api.auth, "Accept": "application/json"}, preload_content=False, timeout=None)
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        buffer = b""
-        with suppress(Exception):  # the stream ends when `close` shuts it
-            for chunk in self._resp.stream(65536):
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    event = json.loads(line)
-                    name = event["object"]["metadata"]["name"]
-                    if event["type"] in ("ADDED", "MODIFIED") and name not in self.times:
-                        self.times[name] = time.monotonic()
-
-    def close(self) -> None:
-        self._resp.shutdown()
-        self._resp.release_conn()
-
-
-TICK = os.sysconf("SC_CLK_TCK")
+    return our_metric(cluster, "model_placement_http_request_duration_seconds_sum", "route")
 
 
 def cpu_seconds(cluster: Cluster) -> dict[str, float]:
@@ -105,9 +60,8 @@ def cpu_seconds(cluster: Cluster) -> dict[str, float]:
     for name, comp in cluster.components.items():
         if comp.alive():
             assert comp.proc is not None
-            fields = Path(f"/proc/{comp.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[name.removesuffix("-plain").removesuffix("-pynull").removesuffix("-pybind").removesuffix("-null")] = \
-                (int(fields[11]) + int(fields[12])) / TICK
+            process = name.removesuffix("-plain").removesuffix("-pynull").removesuffix("-pybind").removesuffix("-null")
+            out[process] = process_cpu(comp.proc.pid)
     return out
 
 
@@ -127,26 +81,6 @@ def timed_run(cluster: Cluster, namespace: str, pods: int, start: Any) -> tuple[
     wall = times[-1] - times[0]
     placed = len(times) - 1
     return placed / wall, {k: 1000 * (after[k] - before[k]) / placed for k in after if k in before}
-
-
-def clones(template: dict[str, Any], namespace: str, scheduler: str, count: int) -> list[dict[str, Any]]:
-    """`count` copies of a pod as our webhook left it, 20 models, for `scheduler`; what the apiserver adds
-    (uid, the ServiceAccount volume, status) dropped, as a controller's create would not carry them."""
-    out = []
-    for i in range(count):
-        pod = copy.deepcopy(template)
-        meta = pod["metadata"]
-        pod["metadata"] = {"name": f"m-{i:05d}", "namespace": namespace, "annotations": meta.get("annotations", {}),
-                           "labels": {**meta.get("labels", {}), "model-manager.io/model": f"model-{i % 20}"}}
-        spec = pod["spec"]
-        for key in ("nodeName", "volumes", "serviceAccount", "serviceAccountName"):
-            spec.pop(key, None)
-        for c in spec["containers"]:
-            c.pop("volumeMounts", None)
-        spec["schedulerName"] = scheduler
-        pod.pop("status", None)
-        out.append(pod)
-    return out
 
 
 ARMS = ("ours", "null", "pynull", "pybind", "plain")
@@ -227,45 +161,26 @@ def arm_run(cluster: Cluster, template: dict[str, Any], which: str, namespace: s
 
 
 def run(nodes: int, pods: int, rounds: int, qps: int | None, profile: Path | None) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
-        cluster = Cluster(Path(tmp))
-        try:
-            cluster.start()
-            cluster.install()
-            cluster.kubectl("apply", "-f", str(Path(__file__).resolve().parents[1] / "manifests" / "examples"
-                                               / "balloonspolicy.yaml"))
-            cluster.create_namespace(TEMPLATE_NS, enabled=True)
-            cluster.create_nodes([node(f"node-{i:05d}", numa=2, cores_per_numa=32) for i in range(nodes)])
-            cluster.start_model_placement("webhook")
-            cluster.start_model_placement("extender", argv0=None if profile is None else [
-                sys.executable, str(Path(__file__).with_name("profiled.py")), str(profile / f"extender-{nodes}.prof"),
-                "-m", "cli"])
-            null_ports = start_null_extenders(cluster)
-            # One pod through our webhook gives the production shape; the measured pods are its copies, so every
-            # scheduler gets the very same pods and the measure is the scheduler's, not the webhook's.
-            cluster.create_pods([model_pod("template", TEMPLATE_NS, tp=1, cpu="16")])
-            template = cluster.pods(TEMPLATE_NS)[0]
-            runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
-            for i in range(rounds):
-                for which in ARMS[i % len(ARMS):] + ARMS[:i % len(ARMS)]:
-                    namespace = f"{EXTENDED_NS}-{which}-{i}"
-                    cluster.create_namespace(namespace, enabled=False)
-                    runs[which].append(arm_run(cluster, template, which, namespace, pods, qps, null_ports,
-                                               profile is not None))
-                    # Same nodes, empty again for the next run. Forced: with no kubelet, a graceful delete of a
-                    # bound pod never completes.
-                    cluster.api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
-                    wait_until(f"the pods of {namespace} gone", lambda ns=namespace: not cluster.pods(ns), timeout=120)
-            med = {arm: {key: statistics.median(r[key] for r in runs[arm]) for key in runs[arm][0]} for arm in ARMS}
-            ratios = {arm: [r["rate"] / p["rate"] for r, p in zip(runs[arm], runs["plain"])] for arm in ARMS}
-            processes = sorted({k for arm in ARMS for k in med[arm] if k.startswith("cpu ")})
-            return {"nodes": nodes, "pods": pods, "rounds": rounds, "qps": qps, "med": med, "ratios": ratios,
-                    "cpu": {k.removeprefix("cpu "): tuple(med[arm].get(k, 0.0) for arm in ARMS) for k in processes}}
-        except BaseException:
-            print(cluster.tails(), file=sys.stderr)
-            raise
-        finally:
-            cluster.stop()
+    argv0 = None if profile is None else [sys.executable, str(Path(__file__).with_name("profiled.py")),
+                                          str(profile / f"extender-{nodes}.prof"), "-m", "cli"]
+    with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp, control_plane(
+            Path(tmp), [node(f"node-{i:05d}", numa=2, cores_per_numa=32) for i in range(nodes)],
+            extender_argv0=argv0) as cluster:
+        null_ports = start_null_extenders(cluster)
+        template = template_pod(cluster)
+        runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
+        for i in range(rounds):
+            for which in ARMS[i % len(ARMS):] + ARMS[:i % len(ARMS)]:
+                namespace = f"{EXTENDED_NS}-{which}-{i}"
+                cluster.create_namespace(namespace, enabled=False)
+                runs[which].append(arm_run(cluster, template, which, namespace, pods, qps, null_ports,
+                                           profile is not None))
+                delete_pods(cluster, namespace)  # same nodes, empty again for the next run
+        med = {arm: {key: statistics.median(r[key] for r in runs[arm]) for key in runs[arm][0]} for arm in ARMS}
+        ratios = {arm: [r["rate"] / p["rate"] for r, p in zip(runs[arm], runs["plain"])] for arm in ARMS}
+        processes = sorted({k for arm in ARMS for k in med[arm] if k.startswith("cpu ")})
+        return {"nodes": nodes, "pods": pods, "rounds": rounds, "qps": qps, "med": med, "ratios": ratios,
+                "cpu": {k.removeprefix("cpu "): tuple(med[arm].get(k, 0.0) for arm in ARMS) for k in processes}}
 
 
 def main() -> int:

@@ -16,16 +16,15 @@ import argparse
 import asyncio
 import gc
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import child_json, fake_apiserver, pct, vm_kb
 
 KIND_PATHS = {
     "Node": "/api/v1/nodes",
@@ -33,13 +32,6 @@ KIND_PATHS = {
     "BalloonsPolicy": "/apis/config.nri/v1alpha1/balloonspolicies",
     "NodeResourceTopology": "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies",
 }
-
-
-def vm_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 # --------------------------------------------------------------------------------------------- children
@@ -172,7 +164,7 @@ def child_sync(url: str, page_size: int, events: int, n_pods: int, null_sink: bo
     out["event"] = {
         "n": len(both), "n_model": len(apply_ns["model"]),
         "apply_median_us": statistics.median(both) / 1000,
-        "apply_p99_us": sorted(both)[int(len(both) * 0.99)] / 1000,
+        "apply_p99_us": pct(both, 99) / 1000,
         "apply_model_median_us": statistics.median(apply_ns["model"]) / 1000 if apply_ns["model"] else 0.0,
         "apply_other_median_us": statistics.median(apply_ns["other"]) / 1000 if apply_ns["other"] else 0.0,
         "line_median_us": statistics.median(line_ns) / 1000,
@@ -184,13 +176,9 @@ def child_sync(url: str, page_size: int, events: int, n_pods: int, null_sink: bo
 
 
 def run_child(args: argparse.Namespace, mode: str, url: str, *, null_sink: bool = False) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", mode, "--url", url, "--page-size", str(args.page_size),
-           "--events", str(args.events), "--pods", str(args.pods)] + (["--null-sink"] if null_sink else [])
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        sys.stderr.write(res.stderr)
-        raise SystemExit(f"{mode} child failed")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    return child_json(mode, [__file__, "--child", mode, "--url", url, "--page-size", str(args.page_size),
+                             "--events", str(args.events), "--pods", str(args.pods)]
+                      + (["--null-sink"] if null_sink else []))
 
 
 def main() -> None:
@@ -216,17 +204,7 @@ def main() -> None:
 
     print(f"generating {args.nodes} nodes, {args.pods} pods in the fake apiserver process ...", flush=True)
     t = time.perf_counter()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.fakeapi", "--nodes", str(args.nodes), "--pods", str(args.pods)],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    try:
-        assert server.stdout is not None
-        line = server.stdout.readline()
-        if not line.startswith("PORT "):
-            raise SystemExit(f"fake apiserver did not start: {line!r}")
-        url = f"http://127.0.0.1:{int(line.split()[1])}"
+    with fake_apiserver(args.nodes, args.pods) as url:
         print(f"  ready in {time.perf_counter() - t:.1f}s at {url}", flush=True)
         bases, syncs, nulls = [], [], []
         for _ in range(args.repeat):  # alternate, keep the best of each: the machine may be shared
@@ -234,13 +212,9 @@ def main() -> None:
             syncs.append(run_child(args, "sync", url, null_sink=args.null_sink))
             if not args.null_sink:
                 nulls.append(run_child(args, "sync", url, null_sink=True))
-        base = {k: min(b[k] for b in bases) if k.endswith("_s") else bases[0][k] for k in bases[0]}
-        sync = min(syncs, key=lambda r: r["sync_s"])
-        null = min(nulls, key=lambda r: r["sync_s"]) if nulls else None
-    finally:
-        if server.stdin:
-            server.stdin.close()
-        server.wait(timeout=30)
+    base = {k: min(b[k] for b in bases) if k.endswith("_s") else bases[0][k] for k in bases[0]}
+    sync = min(syncs, key=lambda r: r["sync_s"])
+    null = min(nulls, key=lambda r: r["sync_s"]) if nulls else None
 
     ratio = sync["sync_s"] / base["discard_s"]
     rows = [

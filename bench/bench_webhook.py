@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import ssl
 import statistics
@@ -33,81 +32,11 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-from aiohttp import web
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-SERVER_NAME = "model-placement-webhook.model-placement.svc"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import ROOT, WEBHOOK_HOST, admission_review, get_tls, metric, pct, serve_webhook
 
-RECORDED = ROOT / "tests/fixtures/recorded/admissionreview-mutate-pod-replicaset.json"
-# The apiserver's name suffixes (k8s.io/apimachinery/pkg/util/rand.String): no vowels, no 0/1/3.
-ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-
-
-def review(serial: int = 0, distinct: bool = False) -> dict:
-    """The recorded AdmissionReview of a ReplicaSet's pod, as the apiserver sends its `serial`-th replica; with
-    `distinct`, the pod of one of 500 models (a label of its own)."""
-    body = json.loads(RECORDED.read_text())["request"]
-    request = body["request"]
-    request["uid"] = f"00000000-0000-4000-8000-{serial:012d}"
-    pod = request["object"]
-    suffix = "".join(ALPHABET[(serial * 7919 // len(ALPHABET) ** k) % len(ALPHABET)] for k in range(5))
-    spec = pod["spec"]
-    token = next(v for v in spec["volumes"] if v["name"].startswith("kube-api-access-"))
-    old, token["name"] = token["name"], f"kube-api-access-{suffix}"
-    for c in spec["containers"]:
-        for mount in c.get("volumeMounts", []):
-            if mount["name"] == old:
-                mount["name"] = token["name"]
-    for entry in pod["metadata"].get("managedFields", []):
-        entry["time"] = f"2026-12-03T08:{serial // 3600 % 60:02d}:{serial // 60 % 60:02d}Z"
-    if distinct:
-        pod["metadata"]["labels"]["serving.kserve.io/inferenceservice"] = f"model-{serial % 500}"
-    return body
-
-
-# -- the server processes -----------------------------------------------------------------------------
-
-def _serve(mode: str, cert: str, key: str, port_file: str) -> None:
-    """mode: ours | ours-no-memo (the webhook without its replica memo) | bare."""
-    from certs import server_ssl_context
-    from cli.runner import build_app
-    from placement.cluster import ClusterState
-    from placement.config import Settings
-    from server.app import Runtime
-    from server.sources import demo_text, load_objects
-
-    if mode.startswith("ours"):
-        settings = Settings()
-        runtime = Runtime(settings, ClusterState.from_objects(load_objects(demo_text()), settings))
-        app = build_app(runtime, "webhook")
-        if mode == "ours-no-memo":
-            from webhook.routes import REPLICAS
-
-            app[REPLICAS] = None  # type: ignore[assignment]  # the handler then mutates every pod afresh
-        from cli.runner import tune_gc
-
-        tune_gc()  # as the server does once its state is loaded
-    else:
-        async def bare(request: web.Request) -> web.Response:
-            return web.Response(body=orjson.dumps(orjson.loads(await request.read())), content_type="application/json")
-
-        app = web.Application()
-        app.router.add_post("/mutate", bare)
-
-    async def main() -> None:
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl_context(cert, key).context)
-        await site.start()
-        Path(port_file).write_text(str(site._server.sockets[0].getsockname()[1]))  # type: ignore[union-attr]
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
-
-
-# -- the client ---------------------------------------------------------------------------------------
 
 async def _load(port: int, ca: str, bodies: list[bytes], requests: int, clients: int) -> tuple[float, list[float], int]:
     ctx = ssl.create_default_context(cafile=ca)
@@ -123,7 +52,7 @@ async def _load(port: int, ca: str, bodies: list[bytes], requests: int, clients:
             nonlocal errors
             body = next(sent)
             t0 = time.perf_counter()
-            async with session.post(url, data=body, headers=headers, server_hostname=SERVER_NAME) as resp:
+            async with session.post(url, data=body, headers=headers, server_hostname=WEBHOOK_HOST) as resp:
                 payload = await resp.read()
                 if resp.status != 200 or (b'"response"' not in payload and b'"request"' not in payload):
                     errors += 1
@@ -155,28 +84,21 @@ def measure(mode: str, requests: int, clients: int, tls_dir: Path, distinct: boo
                 break
             time.sleep(0.05)
         port = int(port_file.read_text())
-        bodies = [orjson.dumps(review(i, distinct)) for i in range(requests + clients)]
+        bodies = [orjson.dumps(admission_review(i, distinct)) for i in range(requests + clients)]
         elapsed, lat, errors = asyncio.run(_load(port, str(tls_dir / "ca.crt"), bodies, requests, clients))
         reused = memo_reused(port, str(tls_dir / "ca.crt")) if mode.startswith("ours") else 0.0
     finally:
         proc.terminate()
         proc.wait(10)
-    lat.sort()
     return {"rps": requests / elapsed, "p50_ms": statistics.median(lat) * 1e3,
-            "p99_ms": lat[int(len(lat) * 0.99) - 1] * 1e3, "errors": errors,
+            "p99_ms": pct(lat, 99) * 1e3, "errors": errors,
             "memo_hits": reused / (requests + clients)}
 
 
 def memo_reused(port: int, ca: str) -> float:
     """How many replicas the server answered with a remembered patch (its replica-memo counter)."""
-    import re
-    import urllib.request
-
-    ctx = ssl.create_default_context(cafile=ca)
-    ctx.check_hostname = False  # the certificate names the Service, not 127.0.0.1
-    text = urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=10).read().decode()
-    found = re.search(r'^model_placement_mutation_replica_memo_total\{result="reused"\} (\S+)$', text, re.M)
-    return float(found.group(1)) if found else 0.0
+    text = get_tls(port, "/metrics", ca)
+    return metric(text, "model_placement_mutation_replica_memo_total", "result").get("reused", 0.0)
 
 
 ARMS = (("bare", False), ("ours", False), ("ours-no-memo", False), ("ours", True))  # (mode, 500 models)
@@ -208,7 +130,7 @@ def run(requests: int, clients: int, rounds: int) -> list[dict[str, object]]:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        _serve(*sys.argv[2:6])
+        serve_webhook(*sys.argv[2:6])
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=6000)
