@@ -920,15 +920,16 @@ def plot(kind: str, rows: list[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     arms = [r["arm"] for r in rows]
-    bars = {"NUMA-local Running": [r["numa_local"] for r in rows],
-            "of them at the end": [r["numa_local_at_end"] for r in rows], "split": [r["split"] for r in rows],
-            "kubelet rejected": [sum(r["rejected"].values()) for r in rows],
-            "plugin failed": [r["plugin_failed"] for r in rows],
-            "refused at admission": [r["refused"] for r in rows], "Pending at end": [r["pending_at_end"] for r in rows]}
+    bars = {"NUMA-local\nRunning": [r["numa_local"] for r in rows],
+            "NUMA-local\nat the end": [r["numa_local_at_end"] for r in rows], "split": [r["split"] for r in rows],
+            "kubelet\nrejected": [sum(r["rejected"].values()) for r in rows],
+            "plugin\nfailed": [r["plugin_failed"] for r in rows],
+            "refused at\nadmission": [r["refused"] for r in rows],
+            "Pending\nat the end": [r["pending_at_end"] for r in rows]}
     if kind == "balloons":
-        bars.pop("kubelet rejected")
+        bars.pop("kubelet\nrejected")
     else:
-        bars.pop("plugin failed")
+        bars.pop("plugin\nfailed")
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     width = 0.8 / len(arms)
     for i, arm in enumerate(arms):
@@ -947,6 +948,7 @@ def plot(kind: str, rows: list[dict[str, Any]], path: Path, title: str) -> None:
     right.set_xticks(list(xs))
     right.set_xticklabels(arms)
     right.set_yscale("log")
+    right.set_ylim(top=max(r["p99"] or 1 for r in rows) * 3)  # room for the tallest bar's label
     right.set_ylabel("seconds")
     right.legend()
     right.set_title("create → Running (model pods that ran)")
