@@ -2,7 +2,7 @@
 as the real node agents (the balloons plugin, or the kubelet's own CPU, Topology and Memory Managers) say.
 
     python bench/bench_fleet.py [--fleets balloons kubelet-static] [--arms stock nrt ours] [--nodes 100]
-                                [--events 2400] [--rate 10] [--seed 7] [--plots docs/] [--no-plots]
+                                [--events 2000] [--rate 1.5] [--seed 7] [--plots docs/] [--no-plots]
 
 Needs the bench extra (`pip install -e '.[bench]'`: matplotlib, for the plots; nothing in the product imports it).
 
@@ -978,8 +978,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--events", type=int, default=2400)
-    parser.add_argument("--rate", type=float, default=10, help="stream events per second")
+    parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--rate", type=float, default=1.5, help="stream events per second")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--fleets", nargs="+", choices=FLEETS, default=list(FLEETS))
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))

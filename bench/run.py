@@ -28,7 +28,8 @@ BENCHES: list[tuple[str, list[str], list[str]]] = [
     ("webhook /mutate over TLS", [], ["--requests", "1500"]),
     ("extender /filter + /prioritize", [], ["--quick"]),
     ("list+watch initial sync", [], ["--nodes", "1000", "--pods", "30000"]),
-    ("fleet: stock vs nrt vs model-placement on virtual nodes", [], ["--nodes", "8", "--events", "200", "--no-plots"]),
+    ("fleet: stock vs nrt vs model-placement on virtual nodes", [],
+     ["--nodes", "8", "--events", "200", "--rate", "4", "--no-plots"]),
     ("cold fit per node", [], ["--rounds", "2"]),
 ]
 SCRIPTS = ["bench_webhook.py", "bench_extender.py", "bench_sync.py", "bench_fleet.py", "bench_fit.py"]
