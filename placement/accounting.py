@@ -246,8 +246,10 @@ def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: s
         return False
     fp = result.footprint
     placed = rec.placed
+    # A terminating pod's balloon may be gone from the export already (the kubelet removed its containers): it
+    # is held where its placement says, as a pod not started yet, never in a balloon some other pod may own.
     if placed is not None and placement_agrees(ledger, demand, fp, placed) \
-            and export_agrees(unclaimed, demand, placed, rec.phase != "Pending"):
+            and export_agrees(unclaimed, demand, placed, rec.phase != "Pending" and not rec.leaving):
         hold_placed(ledger, rec, demand, placed)
         return True
     # Not from a list (the plugin's placement depends on the order of creates and deletes): from a balloon of
@@ -375,8 +377,9 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
         ledger.observed_idle_lent = observed.idle_lent or None
     # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
     unclaimed = observed.unclaimed() if observed is not None else None
-    for rec in sorted(records, key=lambda r: (r.placed is None, not exported_where_placed(r, unclaimed), r.created,
-                                              r.namespace, r.name)):
+    # Terminating ones after the rest: one whose balloon is gone must not take the balloon of a pod still running.
+    for rec in sorted(records, key=lambda r: (r.placed is None, r.leaving, not exported_where_placed(r, unclaimed),
+                                              r.created, r.namespace, r.name)):
         account(ledger, rec, fit, log, observed, unclaimed)
     if observed is not None and unclaimed:
         # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
