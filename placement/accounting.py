@@ -88,13 +88,13 @@ class Observed:
 
 
 def claim(zones: dict[str, tuple[tuple[int, int], ...]], balloon_type: str, numa: set[int] | None,
-           cores: int) -> str | None:
-    """Take from `zones` a balloon of `balloon_type` (the plugin names each `<type>[<instance>]`): on NUMA nodes
-    `numa` when given, else the first whose cores are `cores`, else the first of the type."""
+           cores: int, exact: bool = False) -> str | None:
+    """Take from `zones` a balloon of `balloon_type` (the plugin names each `<type>[<instance>]`), on NUMA nodes
+    `numa` when given: the first whose cores are `cores`, else (unless `exact`) the first."""
     mine = [name for name in zones if name.startswith(balloon_type + "[")]
     if numa is not None:
         mine = [name for name in mine if {n for n, _ in zones[name]} == numa]
-    name = next((n for n in mine if sum(c for _, c in zones[n]) == cores), mine[0] if mine else None)
+    name = next((n for n in mine if sum(c for _, c in zones[n]) == cores), None if exact or not mine else mine[0])
     if name is not None:
         del zones[name]
     return name
@@ -252,10 +252,16 @@ def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: s
             and export_agrees(unclaimed, demand, placed, rec.phase != "Pending" and not rec.leaving):
         hold_placed(ledger, rec, demand, placed)
         return True
-    # Not from a list (the plugin's placement depends on the order of creates and deletes): from a balloon of
-    # its type that no pod of known placement holds, when the plugin exports its balloons.
-    zone = claim(unclaimed, demand.balloon_type, None, fp.cores) if unclaimed and demand.policy == "nri-balloons" \
-        else None
+    # Not from a list (the plugin's placement depends on the order of creates and deletes), or not where the
+    # placement says (two pods bound moments apart that the kubelet started in the other order): from a balloon of
+    # its type that no pod of known placement holds, when the plugin exports its balloons; one of its size first,
+    # wherever it is.
+    zone = None
+    if unclaimed and demand.policy == "nri-balloons":
+        zone = claim(unclaimed, demand.balloon_type, None, fp.cores, exact=True)
+        if zone is None and placed is not None:
+            zone = claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, fp.cores)
+        zone = zone or claim(unclaimed, demand.balloon_type, None, fp.cores)
     if zone is not None and observed is not None:
         hold_observed(ledger, rec, demand, zone, observed, fit, matched=True)
         return True
@@ -292,12 +298,13 @@ def types_agree(ledger: NodeLedger, demand: ModelDemand, placed: Placed) -> bool
 def export_agrees(unclaimed: dict[str, tuple[tuple[int, int], ...]] | None, demand: ModelDemand, placed: Placed,
                   started: bool) -> bool:
     """Where the plugin exports its balloons (`unclaimed`: those no exported container zone names), a persisted
-    placement holds where a balloon of the pod's type lies on its NUMA nodes (claimed for it here). Where none
-    does, it holds for a pod not `started` (bound, its balloon perhaps not made yet), and for a started one while
-    no balloon of its type is left unheld; one that is, elsewhere, is where the pod really is."""
+    placement holds where a balloon of the pod's type lies on its NUMA nodes (claimed for it here; for a `started`
+    pod, one of its size). Where none does, it holds for a pod not `started` (bound, its balloon perhaps not made
+    yet), and for a started one while no balloon of its type is left unheld; one that is, elsewhere, is where the
+    pod really is."""
     if unclaimed is None or demand.policy != "nri-balloons":
         return True
-    if claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, placed.cores) is not None:
+    if claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, placed.cores, exact=started) is not None:
         return True
     return not started or not any(name.startswith(demand.balloon_type + "[") for name in unclaimed)
 
@@ -377,9 +384,11 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
         ledger.observed_idle_lent = observed.idle_lent or None
     # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
     unclaimed = observed.unclaimed() if observed is not None else None
-    # Terminating ones after the rest: one whose balloon is gone must not take the balloon of a pod still running.
-    for rec in sorted(records, key=lambda r: (r.placed is None, r.leaving, not exported_where_placed(r, unclaimed),
-                                              r.created, r.namespace, r.name)):
+    # Running ones before those the plugin may not have started yet (which take a balloon of another size on their
+    # NUMA nodes if one is left), terminating ones last: neither must take the balloon of a pod that runs.
+    for rec in sorted(records, key=lambda r: (r.placed is None, r.leaving, r.phase == "Pending",
+                                              not exported_where_placed(r, unclaimed), r.created, r.namespace,
+                                              r.name)):
         account(ledger, rec, fit, log, observed, unclaimed)
     if observed is not None and unclaimed:
         # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
