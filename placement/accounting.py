@@ -6,6 +6,7 @@ or updates one.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -88,13 +89,13 @@ class Observed:
 
 
 def claim(zones: dict[str, tuple[tuple[int, int], ...]], balloon_type: str, numa: set[int] | None,
-           cores: int) -> str | None:
-    """Take from `zones` a balloon of `balloon_type` (the plugin names each `<type>[<instance>]`): on NUMA nodes
-    `numa` when given, else the first whose cores are `cores`, else the first of the type."""
+           cores: int, exact: bool = False) -> str | None:
+    """Take from `zones` a balloon of `balloon_type` (the plugin names each `<type>[<instance>]`), on NUMA nodes
+    `numa` when given: the first whose cores are `cores`, else (unless `exact`) the first."""
     mine = [name for name in zones if name.startswith(balloon_type + "[")]
     if numa is not None:
         mine = [name for name in mine if {n for n, _ in zones[name]} == numa]
-    name = next((n for n in mine if sum(c for _, c in zones[n]) == cores), mine[0] if mine else None)
+    name = next((n for n in mine if sum(c for _, c in zones[n]) == cores), None if exact or not mine else mine[0])
     if name is not None:
         del zones[name]
     return name
@@ -188,11 +189,13 @@ def routed_demand(ledger: NodeLedger, rec: Record) -> tuple[ModelDemand, int | N
 
 
 def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Observed | None = None,
-            unclaimed: dict[str, tuple[tuple[int, int], ...]] | None = None) -> None:
+            unclaimed: dict[str, tuple[tuple[int, int], ...]] | None = None,
+            unplaced: Mapping[str, int] | None = None) -> None:
     """Hold what pod `rec` takes on its node's ledger: where the plugin's export shows it, else where its persisted
     placement says, else a balloon of its type no other pod claims, else wherever it could be (unknown). A pod
     that is no model pod is held so too where its balloon annotation puts containers in a dedicated balloon: the
-    plugin routes by the annotation, whatever the pod's labels."""
+    plugin routes by the annotation, whatever the pod's labels. `unplaced`: per balloon type, the pods here of no
+    persisted placement, each of which needs one of the `unclaimed` balloons."""
     if ledger.kubelet is not None:
         account_kubelet(ledger, rec, log)
         if rec.leaving:
@@ -214,7 +217,8 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
                           memory + (demand.memory_bytes if demand else 0))
         ledger.set_initializing(rec.uid, cycled and rec.initializing)
         return
-    held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed, (milli, memory), init)
+    held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed, unplaced or {}, (milli, memory),
+                       init)
     if rec.leaving:
         # The fleet benchmark caught this: a ledger that counted a terminating pod's balloon, gone from the node,
         # foresaw the next balloon on another NUMA node than the plugin chose, and admitted a pod it then split
@@ -231,7 +235,7 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
 
 def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: str, fit: Fitter, log: Log,
                 observed: Observed | None, unclaimed: dict[str, tuple[tuple[int, int], ...]] | None,
-                others: tuple[int | None, int], init: int) -> bool:
+                unplaced: Mapping[str, int], others: tuple[int | None, int], init: int) -> bool:
     """`account` for the model container; False when the pod's other containers (`others`: their CPU and memory;
     `init`, its init containers' CPU while they count as shared) were put into the shared pool with it."""
     zone = observed.container_balloon.get(f"{rec.namespace}/{rec.name}/{demand.container}") if observed else None
@@ -246,14 +250,24 @@ def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: s
         return False
     fp = result.footprint
     placed = rec.placed
+    # A terminating pod's balloon may be gone from the export already (the kubelet removed its containers): it
+    # is held where its placement says, as a pod not started yet, never in a balloon some other pod may own.
+    spare = spare_balloons(unclaimed, demand.balloon_type, unplaced) if placed is not None else 1
     if placed is not None and placement_agrees(ledger, demand, fp, placed) \
-            and export_agrees(unclaimed, demand, placed, rec.phase != "Pending"):
+            and export_agrees(unclaimed, demand, placed, rec.phase != "Pending" and not rec.leaving, spare):
         hold_placed(ledger, rec, demand, placed)
         return True
-    # Not from a list (the plugin's placement depends on the order of creates and deletes): from a balloon of
-    # its type that no pod of known placement holds, when the plugin exports its balloons.
-    zone = claim(unclaimed, demand.balloon_type, None, fp.cores) if unclaimed and demand.policy == "nri-balloons" \
-        else None
+    # Not from a list (the plugin's placement depends on the order of creates and deletes), or not where the
+    # placement says (two pods bound moments apart that the kubelet started in the other order): from a balloon of
+    # its type that no pod of known placement holds, when the plugin exports its balloons; one of its size first,
+    # wherever it is. A pod of known placement takes none that the pods of unknown placement need: its own may be
+    # missing from an export written before it started.
+    zone = None
+    if unclaimed and demand.policy == "nri-balloons" and spare > 0:
+        zone = claim(unclaimed, demand.balloon_type, None, fp.cores, exact=True)
+        if zone is None and placed is not None:
+            zone = claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, fp.cores)
+        zone = zone or claim(unclaimed, demand.balloon_type, None, fp.cores)
     if zone is not None and observed is not None:
         hold_observed(ledger, rec, demand, zone, observed, fit, matched=True)
         return True
@@ -287,17 +301,26 @@ def types_agree(ledger: NodeLedger, demand: ModelDemand, placed: Placed) -> bool
         and all(policy.balloon_type(t) is not None for t in placed.types)
 
 
+def spare_balloons(unclaimed: Mapping[str, tuple[tuple[int, int], ...]] | None, balloon_type: str | None,
+                   unplaced: Mapping[str, int]) -> int:
+    """Balloons of the type no pod claims beyond those the pods of unknown placement need."""
+    if not unclaimed or balloon_type is None:
+        return 0
+    return sum(1 for name in unclaimed if name.startswith(balloon_type + "[")) - unplaced.get(balloon_type, 0)
+
+
 def export_agrees(unclaimed: dict[str, tuple[tuple[int, int], ...]] | None, demand: ModelDemand, placed: Placed,
-                  started: bool) -> bool:
+                  started: bool, spare: int) -> bool:
     """Where the plugin exports its balloons (`unclaimed`: those no exported container zone names), a persisted
-    placement holds where a balloon of the pod's type lies on its NUMA nodes (claimed for it here). Where none
-    does, it holds for a pod not `started` (bound, its balloon perhaps not made yet), and for a started one while
-    no balloon of its type is left unheld; one that is, elsewhere, is where the pod really is."""
+    placement holds where a balloon of the pod's type lies on its NUMA nodes (claimed for it here; for a `started`
+    pod, one of its size). Where none does, it holds for a pod not `started` (bound, its balloon perhaps not made
+    yet), and for a started one while no balloon of its type is left unheld (`spare`); one that is, elsewhere, is
+    where the pod really is."""
     if unclaimed is None or demand.policy != "nri-balloons":
         return True
-    if claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, placed.cores) is not None:
+    if claim(unclaimed, demand.balloon_type, {n for n, _ in placed.per_numa}, placed.cores, exact=started) is not None:
         return True
-    return not started or not any(name.startswith(demand.balloon_type + "[") for name in unclaimed)
+    return not started or spare <= 0
 
 
 def exported_where_placed(rec: Record, unclaimed: Mapping[str, tuple[tuple[int, int], ...]] | None) -> bool:
@@ -375,9 +398,15 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
         ledger.observed_idle_lent = observed.idle_lent or None
     # Pods whose placement is known first: one of unknown placement is charged on what they leave free.
     unclaimed = observed.unclaimed() if observed is not None else None
-    for rec in sorted(records, key=lambda r: (r.placed is None, not exported_where_placed(r, unclaimed), r.created,
-                                              r.namespace, r.name)):
-        account(ledger, rec, fit, log, observed, unclaimed)
+    records = list(records)
+    unplaced = Counter(r.model.balloon_type for r in records if r.placed is None and r.model is not None
+                       and r.model.balloon_type is not None)
+    # Running ones before those the plugin may not have started yet (which take a balloon of another size on their
+    # NUMA nodes if one is left), terminating ones last: neither must take the balloon of a pod that runs.
+    for rec in sorted(records, key=lambda r: (r.placed is None, r.leaving, r.phase == "Pending",
+                                              not exported_where_placed(r, unclaimed), r.created, r.namespace,
+                                              r.name)):
+        account(ledger, rec, fit, log, observed, unclaimed, unplaced)
     if observed is not None and unclaimed:
         # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
         # still hold their cores.

@@ -290,6 +290,11 @@ class ClusterState:
                     ledger.forget_init(uid)
             if rec is not None:
                 self._index(rec)
+                if old is not None and old.phase == "Pending" and rec.phase != "Pending" and rec.model is not None \
+                        and rec.node is not None and (self.nrts.get(rec.node) or {}).get("balloons"):
+                    # Its balloon, if the export shows one, is where it runs now (two pods bound moments apart
+                    # may have reached the plugin in the other order): the ledger reads the export again.
+                    self._stale(rec.node)
         elif kind == "Node":
             name = str(meta.get("name", ""))
             if deleted:

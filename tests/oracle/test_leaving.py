@@ -64,3 +64,28 @@ def test_a_terminating_pod_that_does_not_change_the_forecast_does_not_hold_back_
         assert not held.unknown and held.per_numa == ((0, 4),)  # a known placement, persisted by the binding
         node.delete("i")
         assert ledger.leaving == 0 and node.free()[0] == node.free()[1]
+
+
+def test_a_terminating_pod_whose_balloon_is_gone_takes_no_other_pods_balloon_on_a_rebuild() -> None:
+    """The 30-node balloons fleet (bench/bench_fleet.py, seed 7) caught this: a pod is deleted, the kubelet removes
+    its containers and the plugin its balloon and export, and the export's update rebuilds the ledger while the pod
+    is still listed. Not finding its balloon where its placement says, the terminating pod took another started
+    pod's balloon of the same type and size on another NUMA node; that pod, held where its own placement says, did
+    not fit beside it and was clamped to nothing; once the terminating pod was gone, its cores read as free on a
+    NUMA node the plugin had full, and the next pod admitted there failed ("no suitable balloon instance")."""
+    with BalloonsPeer(GROUP.shape, policy_spec(GROUP)) as plugin:
+        node = Node(plugin, GROUP)
+        for name, cores, numa in (("a", 11, 0), ("b", 11, 1), ("c", 15, 2), ("d", 15, 3), ("l", 4, 0), ("p", 4, 1)):
+            fit, got = node.add_model(name, 1, cores)
+            assert fit.ok and got == {numa: cores}, (name, fit, got)
+        node.leave("l")
+        node.cluster = node.rebuilt(nrt=exported_nrt(plugin, containers=False))
+        ledger = node.cluster.ledger(NODE)
+        assert ledger is not None
+        held = {h.pod.removeprefix("models/"): h.per_numa for h in ledger.holdings.values()}
+        assert held["p"] == ((1, 4),) and held["l"] == ((0, 4),), held
+        node.delete("l")
+        assert node.free() == ((4, 0, 0, 0), (4, 0, 0, 0))
+        for name in ("q", "q2"):
+            fit, got = node.add_model(name, 1, 4)
+            assert fit.ok == bool(got) and (not got or got == dict(fit.per_numa)), (name, fit.check, fit.per_numa, got)
