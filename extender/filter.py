@@ -267,8 +267,9 @@ class Judge:
             # shares it, whatever each holds.
             memo.classes[(shape,)] = verdict
         elif plan_class is not None and not planned.ok:
-            # `finish` read no free memory: the nodes of this class that differ only in it are refused alike (in
-            # issue 39's first /filter of 500 nodes, 91 of 442 judged), without its sentence worded again.
+            # `finish` read no free memory: the nodes of this class that differ only in it are refused alike, without
+            # its sentence worded again (a new model's first /filter of 500 nodes on bench_extender's synthetic
+            # fleet: 91 of 442 nodes judged).
             memo.plans[plan_class] = verdict
         return verdict
 
