@@ -89,7 +89,12 @@ def make_runtime(args: argparse.Namespace, settings: Settings) -> Runtime:
 
         client = api_client(args.kubeconfig, args.in_cluster)
         return Runtime(settings, ClusterState(settings, log=cluster_log), api_client=client, extender_body_limit=limit)
-    return Runtime(settings, snapshot_state(args, settings), extender_body_limit=limit)
+    state = snapshot_state(args, settings)
+    # Every ledger built now, as the live source does once its first list is in (on_synced below), so that run()'s
+    # tune_gc freezes them with the rest: left lazy, a new model's first /filter calls of 500 names on issue 39's
+    # 5,000-node --cluster file built a few hundred ledgers each (208, 184, 167 ms of CPU; 7, 3, 2 ms built first).
+    state.ledgers()
+    return Runtime(settings, state, extender_body_limit=limit)
 
 
 async def run(args: argparse.Namespace, settings: Settings, stop: asyncio.Event | None = None) -> int:

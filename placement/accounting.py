@@ -415,9 +415,7 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
             for numa, cores in per_numa:
                 extra[numa] += cores
         ledger.observe_shared(tuple(extra))
-    # Free cores are what every question reads first: computed with the rest of the build (a bulk load's, off the
-    # request path), not by the first request that meets the node (issue 39: a new model's first calls).
-    ledger.free()
+    ledger.derive()
     return ledger
 
 
@@ -514,6 +512,7 @@ def build_kubelet_ledger(name: str, labels: Mapping[str, str], topo: Topology, n
             # Observed beats predicted in bytes only: where the blocks cannot be made to agree, the groups they
             # formed cannot be read back either.
             ledger.memory_unknown = frozenset(uid for uid in unknown if memory.blocks.get(uid))
+    ledger.derive()
     return ledger
 
 

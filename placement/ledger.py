@@ -309,6 +309,16 @@ class NodeLedger:
         self._free = None
         self.stamps.take(self.name)
 
+    def derive(self) -> None:
+        """Compute what every fit reads first of a node (free cores and memory, the two-package layout's free cores,
+        the balloon counts), each kept until the ledger next changes: called at the end of a build, a bulk load's or
+        a policy change's, off the request path, so that the first calls that meet a node do not pay for them
+        (issue 39: 6.5 µs a node, 3 ms of a new model's first /filter of 500 nodes)."""
+        self.free()
+        self.free_paired()
+        self.free_memory()
+        self._instance_key = self.instance_key  # the property keeps what it computes; said so for the linter
+
     def free(self) -> tuple[int, ...]:
         """Free model cores per NUMA node."""
         if self._free is None:

@@ -206,3 +206,47 @@ def test_random_binds_and_releases_never_make_the_memo_disagree(ops: list[tuple[
 
 
 FLEET = fleet()
+
+
+def test_nodes_alike_but_for_free_memory_are_each_told_their_own_fit() -> None:
+    """Nodes of one shape holding the same model cores, whose other pods hold different memory: a demand's plan is
+    made once for them all and finished per node, and a plan that refuses is told to every one of them as one
+    verdict (issue 39: a new model's first /filter of 500 nodes shared it for 91 of 442 nodes judged). Each answer
+    must still be that node's own fit, and the nodes must have shared plans for this to test anything."""
+    twins = [f"twin-{k}" for k in range(4)]
+    objects: list[Obj] = [{
+        "apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy",
+        "metadata": {"name": "default", "namespace": "kube-system"},
+        "spec": {"reservedResources": {"cpu": "8"}, "pinCPU": True, "pinMemory": True,
+                 "balloonTypes": [{"name": "reserved", "namespaces": ["kube-system"]},
+                                  {"name": "vllm-balloon-tp1", "hideHyperthreads": True, "preferNewBalloons": True}]},
+        "status": {"nodes": {name: {"status": "Success", "generation": 1} for name in twins}}}]
+    for k, name in enumerate(twins):
+        objects.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+            "feature.node.kubernetes.io/memory-numa.node_count": "2",
+            "feature.node.kubernetes.io/cpu-hardware_multithreading": "true"}},
+            "status": {"capacity": {"cpu": "96", "memory": "512Gi"}, "allocatable": {"cpu": "96", "memory": "500Gi"}}})
+        objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"cache-{k}", "namespace": "apps",
+                                                                        "uid": f"uid-cache-{k}"},
+                        "spec": {"nodeName": name, "containers": [{"name": "app", "resources": {
+                            "requests": {"cpu": "100m", "memory": f"{121 - 40 * k}Gi"}}}]},
+                        "status": {"phase": "Running"}})
+    cluster = ClusterState.from_objects(objects, Settings())
+    held = read_model_pod(pod("held", tp=1, cpus=36), cluster.settings)
+    for name in twins:
+        assert AssumeCache(cluster).assume(f"uid-held-{name}", "llm", f"held-{name}", held, name).ok
+    ledgers = [cluster.ledger(name) for name in twins]
+    assert len({ledger.free() for ledger in ledgers if ledger}) == 1
+    assert len({ledger.free_memory() for ledger in ledgers if ledger}) == len(twins)
+    judge = Judge(cluster)
+    for i, (cpus, memory) in enumerate(((24, "64Gi"), (24, "200Gi"), (40, "64Gi"))):  # fits; short of memory; no room
+        p = pod(f"new-{i}", tp=1, cpus=cpus)
+        p["spec"]["containers"][0]["resources"]["requests"]["memory"] = memory
+        asked = judge.fits_asked
+        got = judged(judge, p, twins)
+        assert all(got[name] == expected(cluster, p, name) for name in twins), got
+        fits = [got[name][0] for name in twins]
+        if i == 1:  # the first node asked is short of memory, the others have enough
+            assert fits == [False, True, True, True]
+        if i == 2:
+            assert not any(fits) and judge.fits_asked - asked == 1  # one plan, one verdict
