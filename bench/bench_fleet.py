@@ -765,7 +765,7 @@ def play_arm(kind: str, arm: str, fleet: list[VNode], stream: list[dict[str, Any
                     user.counts[f"api error: {type(exc).__name__}"] += 1
                 if time.monotonic() >= due:
                     break
-                time.sleep(min(0.2, due - time.monotonic()))
+                time.sleep(max(0.0, min(0.2, due - time.monotonic())))
             try:
                 user.play(event)
             except (urllib3.exceptions.HTTPError, AssertionError) as exc:
