@@ -380,21 +380,14 @@ async def test_a_higher_priority_pod_on_a_full_node_is_admitted_to_preempt(full_
     refused(await admitted(full_node, same), "none of the 1 eligible nodes has that free now")
 
 
-async def test_on_5000_nodes_a_pod_is_judged_in_milliseconds_and_the_one_node_with_room_is_found(
-        make_webhook: MakeWebhook) -> None:
-    """The pre-flight of one pod stops at the first node where it fits, by name: on 5,000 nodes /validate answers
-    in milliseconds (every node's fit took most of a second), and a fleet where only the last node has room still
-    admits the pod, and refuses a larger one naming every eligible node."""
-    import time
-
+async def test_on_5000_nodes_a_pod_fits_and_the_one_node_with_room_is_found(make_webhook: MakeWebhook) -> None:
+    """The pre-flight of one pod stops at the first node where it fits, by name (every node's fit took most of a
+    second at 5,000 nodes; how long it takes now is bench/bench_webhook.py's to measure, not a timed test's): a fleet
+    where only the last node has room still admits the pod, and refuses a larger one naming every eligible node."""
     names = [f"n{i:04d}" for i in range(5000)]
     empty = await make_webhook([*(node(n) for n in names), balloons_policy(*names)])
-    took = []
     for i in range(5):
-        started = time.perf_counter()
         assert (await admitted(empty, model_pod(f"m{i}", 16))).allowed
-        took.append(time.perf_counter() - started)
-    assert sorted(took)[2] < 0.05, took
 
     # All but the last node full (29 model cores per NUMA node, both held by `big`); the last has 29 + 29 free.
     small = names[:2000]
