@@ -466,6 +466,8 @@ def account_kubelet(ledger: NodeLedger, rec: Record, log: Log) -> bool:
                 "pod": f"{rec.namespace}/{rec.name}", "node": ledger.name, "reason": answer.message})
     if rec.phase == "Pending" and not rec.started and cpus:
         ledger.kubelet_pending = {**ledger.kubelet_pending, rec.uid: (f"{rec.namespace}/{rec.name}", kpod)}
+    if rec.leaving and cpus:
+        ledger.kubelet_leaving = {**ledger.kubelet_leaving, rec.uid: f"{rec.namespace}/{rec.name}"}
     demand = rec.model
     if demand is None:
         ledger.kubelet_put(after)

@@ -236,7 +236,7 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
         state = ledger.kstate
         key += (state.default, state.used,
                 None if state.memory is None else (state.memory.free, state.memory.count, state.memory.cells),
-                bool(ledger.memory_unknown), tuple(ledger.kubelet_pending))
+                bool(ledger.memory_unknown), tuple(ledger.kubelet_pending), tuple(ledger.kubelet_leaving))
     elif demand.policy not in EXCLUSIVE_POLICIES:
         key += (ledger.shared_milli,
                 ledger.shared_growth(demand.namespace, demand.unpinned_milli + demand.shared_milli, containers=True))
@@ -500,6 +500,9 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
     ahead = _overtaken(node, state, pod, answer, ledger.kubelet_pending)
     if ahead is not None:
         return _refuse(name, reasons.KubeletOrder(ahead), True, fp)
+    gone = _freed_first(node, state, pod, answer, ledger.kubelet_leaving)
+    if gone is not None:
+        return _refuse(name, reasons.KubeletFreeing(gone), True, fp)
     model = answer.cpus.get(demand.container, 0)
     m = node.machine
     per_cpus = m.per_numa(model)
@@ -528,6 +531,20 @@ def _overtaken(node: kub.KubeletNode, state: kub.KState, pod: kub.KPod, answer: 
         second = kub.admit(node, first.state, other)
         if not isinstance(second, kub.Admitted) or dict(first.cpus) != dict(answer.cpus) or \
                 dict(second.cpus) != state.assigned[uid]:
+            return name
+    return None
+
+
+def _freed_first(node: kub.KubeletNode, state: kub.KState, pod: kub.KPod, answer: kub.Admitted,
+                 leaving: Mapping[str, str]) -> str | None:
+    """A pod terminating here whose CPUs, if the kubelet has freed them when this one reaches it, change this one's
+    (or let it in where it was refused): the placement persisted at bind must be what the kubelet gives whichever
+    comes first. None if none."""
+    for uid, name in leaving.items():
+        if uid not in state.assigned:
+            continue
+        freed = kub.admit(node, kub.remove(state, uid), pod)
+        if not isinstance(freed, kub.Admitted) or dict(freed.cpus) != dict(answer.cpus):
             return name
     return None
 

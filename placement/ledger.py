@@ -253,6 +253,9 @@ class NodeLedger:
     # Pending for minutes, with its CPUs given): it admits pods in the order they reach it, which binds moments apart
     # do not decide.
     kubelet_pending: dict[str, tuple[str, kub.KPod]] = field(init=False, default_factory=dict)  # uid -> pod, as read
+    # Pods terminating here that hold CPUs: the kubelet frees them while the pod terminates, at a moment no object
+    # shows, so a pod bound meanwhile may get them or not.
+    kubelet_leaving: dict[str, str] = field(init=False, default_factory=dict)  # uid -> "namespace/name"
 
     def __post_init__(self) -> None:
         policy = self.nri.policy
@@ -343,6 +346,7 @@ class NodeLedger:
             self.kstate = kub.remove(self.kstate, uid)
             self.memory_unknown -= {uid}
             self.kubelet_pending.pop(uid, None)
+            self.kubelet_leaving.pop(uid, None)
             self._free = None
             self.stamps.take(self.name)
 
@@ -655,9 +659,10 @@ class NodeLedger:
         """The pod of holding `uid` is terminating (see `Holding.leaving`)."""
         holding = self.holdings.get(uid)
         if holding is not None and not holding.leaving:
-            state = self.kstate  # the kubelet holds its CPUs until the pod is gone
+            # The kubelet holds its CPUs until it has removed the pod's containers, a moment no object shows.
+            state, leaving = self.kstate, dict(self.kubelet_leaving)
             self.release(uid)
-            self.kstate = state
+            self.kstate, self.kubelet_leaving = state, leaving
             self._add(replace(holding, leaving=True))
 
     def force_hold(self, holding: Holding) -> None:
@@ -798,6 +803,7 @@ class NodeLedger:
             copy.kstate = state
             copy.memory_unknown = self.memory_unknown & kept_uids
             copy.kubelet_pending = {u: p for u, p in self.kubelet_pending.items() if u in kept_uids}
+            copy.kubelet_leaving = {u: p for u, p in self.kubelet_leaving.items() if u in kept_uids}
         # The shared balloons as they are: re-adding their pods would resize them from what is free in the copy.
         copy.shared, copy._shared_total = dict(self.shared), self._shared_total
         copy._shared_by_type, copy._shared_count = dict(self._shared_by_type), dict(self._shared_count)

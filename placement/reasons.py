@@ -319,6 +319,18 @@ class KubeletOrder(NamedTuple):
                 "admits first decides their CPUs (or rejects one); judged again once it runs")
 
 
+class KubeletFreeing(NamedTuple):
+    """kubelet-static: a pod terminating here holds CPUs the kubelet frees at a moment no object shows; whether it
+    has freed them when this pod reaches it decides this pod's CPUs."""
+
+    pod: str
+    check: str = KUBELET_REJECTS
+
+    def text(self) -> str:
+        return (f"pod {self.pod} is terminating here, and whether the kubelet has freed its CPUs when this one "
+                "reaches it decides this one's CPUs; judged again once it is gone")
+
+
 class MemoryPlacementUnknown(NamedTuple):
     """kubelet-static, Static Memory Manager: pods of unknown placement hold memory where the node's
     NodeResourceTopology says it is not where they were replayed."""
@@ -490,7 +502,8 @@ class AlreadyBound(NamedTuple):
 Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
           | MemoryExceedsNuma | TypeSpansFewer | MaxBalloons | SharesBalloon | RanksCrowded
-          | PlacementUnknown | MemoryPlacementUnknown | KubeletOrder | PodLeaving | ReservedLent | SharedUnseen
+          | PlacementUnknown | MemoryPlacementUnknown | KubeletOrder | KubeletFreeing | PodLeaving | ReservedLent
+          | SharedUnseen
           | PackagesUnseen | SidecarsNoRoom | InitNoRoom | InitExceedsNode | NoFreeMemory
           | PoolTaken | Unsettled | UnknownNode | AlreadyBound | NotKubeletNode | NotPinned | KubeletRejects)
 

@@ -63,6 +63,9 @@ CASES: list[tuple[r.Reason, str, str]] = [
     (r.KubeletOrder("llm/a"), r.KUBELET_REJECTS,
      "pod llm/a, bound here moments ago, is not yet admitted by the kubelet, and which of the two it admits first "
      "decides their CPUs (or rejects one); judged again once it runs"),
+    (r.KubeletFreeing("llm/b"), r.KUBELET_REJECTS,
+     "pod llm/b is terminating here, and whether the kubelet has freed its CPUs when this one reaches it decides "
+     "this one's CPUs; judged again once it is gone"),
     (r.MemoryPlacementUnknown(2), r.PLACEMENT_UNKNOWN,
      "the kubelet's Static Memory Manager holds memory of 2 pods with no recorded placement, not where they were "
      "replayed (the node's NodeResourceTopology says so): which NUMA nodes it would give this pod is unknown; judged "

@@ -96,3 +96,38 @@ def test_a_pod_bound_moments_after_another_waits_when_the_kubelets_order_would_s
         node.cluster.apply("Pod", "MODIFIED", {**pending, "status": {"phase": "Pending",
                                                                      "startTime": "2026-12-06T12:00:01Z"}})
         assert AssumeCache(node.cluster).assume("uid-m2", "models", "m2", demand_b, NODE).per_numa == ((1, 2),)
+
+
+def test_a_pod_bound_while_another_terminates_waits_when_the_freed_cpus_would_move_it() -> None:
+    """bench_fleet's kubelet-static fleet, seed 8 (2026-12-06): pods bound to a node while pods there terminated,
+    and two of them rejected (TopologyAffinityError). The kubelet frees a terminating pod's CPUs at a moment no
+    object shows; while a pod here terminates, the next one is offered only if freed or not, it gets the CPUs
+    predicted."""
+    s = Scenario(0, packages=2, numa_per_package=1, cores_per_numa=4, threads_per_core=1, policy="restricted",
+                 scope=kub.CONTAINER, options=(), reserved_cpus="0", reserved_count=1, prefer_closest=False, nrt=False)
+    with KubeletPeer() as peer:
+        assert peer.start(machine_json(s), kubelet_json(s)).ok
+        node = KubeletNode(peer, s)
+        a, b = model_pod("m1", 1, 2), model_pod("m2", 1, 2)
+        assume = AssumeCache(node.cluster)
+        assert assume.assume("uid-m1", "models", "m1", read_model_pod(mutate_pod(a, node.cluster).pod, node.settings),
+                             NODE).per_numa == ((0, 2),)
+        running = {**bound(mutate_pod(a, node.cluster).pod, assume.placement("uid-m1")),
+                   "status": {"phase": "Running", "startTime": "2026-12-06T12:00:00Z"}}
+        running["metadata"]["uid"] = "uid-m1"
+        node.cluster.apply("Pod", "ADDED", running)
+        assert peer.add(running).admit
+        # What the real kubelet does once it has freed A's CPUs: B takes NUMA node 0; with A's CPUs still held, the
+        # ledger's prediction, NUMA node 1.
+        peer.remove("uid-m1")
+        freed = peer.add(bound(mutate_pod(b, node.cluster).pod, None))
+        assert freed.admit and _numa_of(s, CPUSet(freed.containers["vllm"].cpus)) == {0}
+        leaving = {**running, "metadata": {**running["metadata"], "deletionTimestamp": "2026-12-06T12:05:00Z"}}
+        node.cluster.apply("Pod", "MODIFIED", leaving)
+        demand_b = read_model_pod(mutate_pod(b, node.cluster).pod, node.settings)
+        waiting = AssumeCache(node.cluster).assume("uid-m2", "models", "m2", demand_b, NODE)
+        assert not waiting.ok and waiting.resolvable
+        assert "pod models/m1 is terminating here, and whether the kubelet has freed its CPUs" in waiting.reason
+        # A is gone: B is offered NUMA node 0, where the kubelet puts it.
+        node.cluster.apply("Pod", "DELETED", leaving)
+        assert AssumeCache(node.cluster).assume("uid-m2", "models", "m2", demand_b, NODE).per_numa == ((0, 2),)
