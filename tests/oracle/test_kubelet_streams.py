@@ -9,6 +9,9 @@ needless refusals (the kubelet would have admitted) under 5 % of the pods the ku
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -66,21 +69,30 @@ def test_the_scenarios_thousands_found_stay_right() -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_a_pod_bound_moments_after_another_waits_when_the_kubelets_order_would_swap_them() -> None:
-    """bench_fleet's kubelet-static fleet (2026-12-06): two pods bound to one node 1 ms apart, the kubelet admitted the
-    later bind first and rejected the other. The kubelet admits pods in the order they reach it; while a pod bound
-    here is still Pending, the next one is offered only if either order gives both the CPUs predicted."""
+@contextmanager
+def two_numa_node() -> Iterator[tuple[Scenario, KubeletPeer, KubeletNode, dict[str, Any], dict[str, Any]]]:
+    """A node of two 4-CPU NUMA nodes under the restricted policy (CPU 0 reserved), the real kubelet's managers and
+    the ledger: pod A (2 CPUs) assumed there, on NUMA node 0 (3 CPUs free there), and bound with that placement;
+    pod B (2 CPUs) as a user writes it."""
     s = Scenario(0, packages=2, numa_per_package=1, cores_per_numa=4, threads_per_core=1, policy="restricted",
                  scope=kub.CONTAINER, options=(), reserved_cpus="0", reserved_count=1, prefer_closest=False, nrt=False)
     with KubeletPeer() as peer:
         assert peer.start(machine_json(s), kubelet_json(s)).ok
         node = KubeletNode(peer, s)
         a, b = model_pod("m1", 1, 2), model_pod("m2", 1, 2)
-        # A: bound, not yet admitted by the kubelet (Pending); the ledger puts it on NUMA node 0 (3 CPUs free there).
         assume = AssumeCache(node.cluster)
         assert assume.assume("uid-m1", "models", "m1", read_model_pod(mutate_pod(a, node.cluster).pod, node.settings),
                              NODE).per_numa == ((0, 2),)
-        pending = {**bound(mutate_pod(a, node.cluster).pod, assume.placement("uid-m1")), "status": {"phase": "Pending"}}
+        yield s, peer, node, bound(mutate_pod(a, node.cluster).pod, assume.placement("uid-m1")), b
+
+
+def test_a_pod_bound_moments_after_another_waits_when_the_kubelets_order_would_swap_them() -> None:
+    """bench_fleet's kubelet-static fleet (2026-12-06): two pods bound to one node 1 ms apart, the kubelet admitted the
+    later bind first and rejected the other. The kubelet admits pods in the order they reach it; while a pod bound
+    here is still Pending, the next one is offered only if either order gives both the CPUs predicted."""
+    with two_numa_node() as (s, peer, node, a, b):
+        # A: bound, not yet admitted by the kubelet (Pending); the ledger put it on NUMA node 0 (3 CPUs free there).
+        pending = {**a, "status": {"phase": "Pending"}}
         node.cluster.apply("Pod", "ADDED", pending)
         # What the real kubelet does if B reaches it first: B takes NUMA node 0, and A is moved to NUMA node 1.
         first = peer.add(bound(mutate_pod(b, node.cluster).pod, None))
@@ -103,17 +115,8 @@ def test_a_pod_bound_while_another_terminates_waits_when_the_freed_cpus_would_mo
     and two of them rejected (TopologyAffinityError). The kubelet frees a terminating pod's CPUs at a moment no
     object shows; while a pod here terminates, the next one is offered only if freed or not, it gets the CPUs
     predicted."""
-    s = Scenario(0, packages=2, numa_per_package=1, cores_per_numa=4, threads_per_core=1, policy="restricted",
-                 scope=kub.CONTAINER, options=(), reserved_cpus="0", reserved_count=1, prefer_closest=False, nrt=False)
-    with KubeletPeer() as peer:
-        assert peer.start(machine_json(s), kubelet_json(s)).ok
-        node = KubeletNode(peer, s)
-        a, b = model_pod("m1", 1, 2), model_pod("m2", 1, 2)
-        assume = AssumeCache(node.cluster)
-        assert assume.assume("uid-m1", "models", "m1", read_model_pod(mutate_pod(a, node.cluster).pod, node.settings),
-                             NODE).per_numa == ((0, 2),)
-        running = {**bound(mutate_pod(a, node.cluster).pod, assume.placement("uid-m1")),
-                   "status": {"phase": "Running", "startTime": "2026-12-06T12:00:00Z"}}
+    with two_numa_node() as (s, peer, node, a, b):
+        running = {**a, "status": {"phase": "Running", "startTime": "2026-12-06T12:00:00Z"}}
         running["metadata"]["uid"] = "uid-m1"
         node.cluster.apply("Pod", "ADDED", running)
         assert peer.add(running).admit
