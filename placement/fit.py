@@ -525,12 +525,11 @@ def _overtaken(node: kub.KubeletNode, state: kub.KState, pod: kub.KPod, answer: 
     for uid, (name, other) in pending.items():
         if uid == pod.uid or uid not in state.assigned:
             continue
-        first = kub.admit(node, kub.remove(state, uid), pod)
-        if not isinstance(first, kub.Admitted):
+        first = _unmoved_without(node, state, pod, answer, uid)
+        if first is None:
             return name
         second = kub.admit(node, first.state, other)
-        if not isinstance(second, kub.Admitted) or dict(first.cpus) != dict(answer.cpus) or \
-                dict(second.cpus) != state.assigned[uid]:
+        if not isinstance(second, kub.Admitted) or dict(second.cpus) != state.assigned[uid]:
             return name
     return None
 
@@ -541,12 +540,17 @@ def _freed_first(node: kub.KubeletNode, state: kub.KState, pod: kub.KPod, answer
     (or let it in where it was refused): the placement persisted at bind must be what the kubelet gives whichever
     comes first. None if none."""
     for uid, name in leaving.items():
-        if uid not in state.assigned:
-            continue
-        freed = kub.admit(node, kub.remove(state, uid), pod)
-        if not isinstance(freed, kub.Admitted) or dict(freed.cpus) != dict(answer.cpus):
+        if uid in state.assigned and _unmoved_without(node, state, pod, answer, uid) is None:
             return name
     return None
+
+
+def _unmoved_without(node: kub.KubeletNode, state: kub.KState, pod: kub.KPod, answer: kub.Admitted,
+                     uid: str) -> kub.Admitted | None:
+    """The kubelet's admission of `pod` with pod `uid`'s CPUs not yet (or no longer) given, when it gives `pod` the
+    CPUs of `answer`; None when it rejects `pod` or gives it others."""
+    first = kub.admit(node, kub.remove(state, uid), pod)
+    return first if isinstance(first, kub.Admitted) and dict(first.cpus) == dict(answer.cpus) else None
 
 
 def rank_local(demand: ModelDemand, result: Fit) -> bool:

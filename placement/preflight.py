@@ -165,7 +165,8 @@ def preflight(
         if no_cpu:
             return _refused(NotGuaranteed(demand.pod, tuple(no_cpu), "cpu"))
     # The type a pod's ranks make (TP x PP x DP-in-pod) is derived, not asked for: only another one was named.
-    explicit = demand.balloon_type != f"{cluster.settings.nri_balloon_prefix}{demand.numa_nodes}"
+    derived = f"{cluster.settings.nri_balloon_prefix}{demand.numa_nodes}"
+    explicit = demand.balloon_type != derived
     notes: tuple[str, ...] = ()
     if demand.requested_policy == "nri-balloons" and resolution.policy != "nri-balloons":
         if explicit and resolution.reason == NRI_FALLBACK:
@@ -173,7 +174,7 @@ def preflight(
                 eligible = cluster.eligible(spec)
             return _refused(UnknownBalloonType(demand.pod, demand.balloon_type,
                                                tuple(ledger.name for ledger in eligible if ledger.nri.running),
-                                               f"{cluster.settings.nri_balloon_prefix}{demand.numa_nodes}"))
+                                               derived))
         if resolution.reason == NRI_FALLBACK:
             notes = (f"{demand.pod} {fallback_text(demand)}",)
     if found and resolution.policy == "kubelet-static" and not fitmod.rank_local(resolved, fits[-1]):
