@@ -542,7 +542,6 @@ class Retry:
     event: dict[str, Any]  # the create, its object as the stream last changed it (a Deployment's replicas)
     due: float = 0.0
     wait: float = RETRY_FIRST
-    tries: int = 0
     replaced: int = 0  # pods of this bare model pod the kubelet rejected: the next is `<name>-r<replaced>`
 
 
@@ -569,7 +568,9 @@ class User:
     def play(self, event: dict[str, Any]) -> None:
         api, op, name = self.cluster.api, event["op"], event.get("name")
         if op in ("create-pod", "create-deploy"):
-            self.create(Retry(event))
+            # Its own copy: a later scale changes it while it waits to be tried again, and the stream is the next
+            # arm's too when arms share a process.
+            self.create(Retry({**event, "object": copy.deepcopy(event["object"])}))
         elif op == "delete-pod" and name is not None:
             self.retries.pop(name, None)
             if name in self.pods:
@@ -620,7 +621,7 @@ class User:
             self.pods[name] = (ns, obj["metadata"]["name"], retry)
 
     def again(self, name: str, retry: Retry) -> None:
-        retry.due, retry.tries = time.monotonic() + retry.wait, retry.tries + 1
+        retry.due = time.monotonic() + retry.wait
         retry.wait = min(RETRY_MAX, retry.wait * 2)
         self.retries[name] = retry
 
