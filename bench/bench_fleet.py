@@ -64,10 +64,12 @@ apart) until it is admitted and runs or the stream deletes it; a Deployment refu
 later scales with it. create → Running counts from the author's first try.
 
 Judged per arm, from the nodes' records (the cpusets the plugin or the kubelet gave each container) and the pods'
-status: model pods refused at admission; Running; Running with every rank on its own NUMA node with its whole share;
-Running with ranks sharing a NUMA node but none crossing one (the kubelet keeps a TP=2 pod one NUMA node holds on
-one NUMA node; vLLM then binds both ranks there); both together "NUMA-local"; split (more NUMA nodes than ranks, or
-a rank short of its share), and of those the ones on nodes whose policy refuses rather than spreads (single-numa-
+status: model pods refused at admission; Running; "NUMA-local": Running with every rank on a NUMA node of its own
+with its whole share; Running with ranks sharing a NUMA node but none crossing one (the kubelet keeps a TP=2 pod one
+NUMA node holds on one NUMA node), not NUMA-local: vLLM's default binding (`VLLM_CPU_OMP_THREADS_BIND=auto`) gives
+rank i the i-th NUMA node of the container's CPUs and stops at start, "No enough allowed NUMA nodes to bind threads
+of N CPUWorkers", when there are fewer NUMA nodes than ranks; split (more NUMA nodes than ranks, or a rank short of
+its share), and of those the ones on nodes whose policy refuses rather than spreads (single-numa-
 node, restricted, balloons); a core shared with another container; rejected by the kubelet (by Reason); pods a
 ReplicaSet created to replace rejected ones; the plugin failing a container (balloons); deleted while Pending;
 Pending at the end; NUMA-local Running at the end (still serving when the stream ends); create → Running p50/p99;
@@ -372,9 +374,10 @@ class PodFate:
 
 
 def rank_verdict(shape: NodeShape, cpus: frozenset[int], ranks: int, asked: int) -> str:
-    """`local`: each rank on a NUMA node of its own with its whole share; `packed`: fewer NUMA nodes than ranks,
-    each holding whole ranks (ranks share a NUMA node, none crosses one: what the kubelet does with a TP=2 pod one
-    NUMA node holds); `split`: anything else (more NUMA nodes than ranks, or a rank short of its share)."""
+    """`local`: each rank on a NUMA node of its own with its whole share (NUMA-local); `packed`: fewer NUMA nodes
+    than ranks, each holding whole ranks (ranks share a NUMA node, none crosses one: what the kubelet does with a TP=2
+    pod one NUMA node holds, and where vLLM's auto binding stops); `split`: anything else (more NUMA nodes than
+    ranks, or a rank short of its share)."""
     spread = cores_by_numa(shape, cpus)
     if rank_per_numa(spread, ranks, asked, shape):
         return "local"
@@ -852,9 +855,8 @@ def summarize(arm: str, observer: Observer, user: User, recs: dict[str, dict[str
         "admitted_later": len(user.admitted_later), "never_admitted": len(user.refused - user.admitted_later),
         "recreated": user.recreated,
         "running": sum(1 for f in models if f.running is not None),
-        "local": verdicts["local"], "packed": verdicts["packed"],
-        "numa_local": verdicts["local"] + verdicts["packed"],
-        "running_at_end": len(live), "numa_local_at_end": sum(1 for f in live if f.verdict in ("local", "packed")),
+        "numa_local": verdicts["local"], "packed": verdicts["packed"],
+        "running_at_end": len(live), "numa_local_at_end": sum(1 for f in live if f.verdict == "local"),
         "split": verdicts["split"], "split_aligning": len(split_aligning),
         "split_avoidable": sum(1 for f in split_aligning if kept_local(observer.fleet[f.node or ""],
                                                                        observer.pods[f.uid])),
@@ -871,7 +873,7 @@ def summarize(arm: str, observer: Observer, user: User, recs: dict[str, dict[str
         **free_cores(observer.fleet, recs, reserved),
         "stream_seconds": round(stream_seconds, 1), "seconds": round(seconds, 1),
         "failures": sorted({f.failed for f in models if f.failed})[:5], "kubelet_errors": errors[:5],
-        "not_local": sorted(f.placement for f in models if f.verdict not in (None, "local", "packed"))[:5],
+        "not_local": sorted(f.placement for f in models if f.verdict not in (None, "local"))[:5],
         "refused_said": dict(user.said.most_common(6)),
     }
 
@@ -895,26 +897,28 @@ def kept_local(node: VNode, pod: dict[str, Any]) -> bool:
 # -- main -----------------------------------------------------------------------------------------------------
 
 def table(rows: list[dict[str, Any]]) -> Iterator[str]:
-    yield ("| arm | model pods | refused at admission (admitted on a later try) | Running | every rank on its own "
-           "NUMA node | ranks sharing a NUMA node | NUMA-local Running | NUMA-local Running at the end "
+    yield ("| arm | model pods | refused at admission (admitted on a later try) | Running | NUMA-local Running "
+           "(every rank on a NUMA node of its own) | NUMA-local Running at the end | ranks sharing a NUMA node "
+           "(vLLM's auto binding stops) "
            "| split (on single-numa-node / restricted / balloons; of them an empty node keeps local) | shared core "
            "| kubelet rejected (by Reason) | replacements of rejected pods (by ReplicaSets / by their author) "
            "| plugin failed | deleted while Pending | Pending at end | create → Running p50 / p99 "
            "| free cores (stranded) | wall |")
-    yield "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    yield "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for r in rows:
         times = f"{r['p50']:.2f} s / {r['p99']:.2f} s" if r["p50"] is not None else "-"
         rejected = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected"].items())) or "0"
         yield (f"| {r['arm']} | {r['model_pods']} | {r['refused']} ({r['admitted_later']}) | {r['running']} "
-               f"| {r['local']} | {r['packed']} | {r['numa_local']} | {r['numa_local_at_end']} "
+               f"| {r['numa_local']} | {r['numa_local_at_end']} | {r['packed']} "
                f"| {r['split']} ({r['split_aligning']}; {r['split_avoidable']}) | {r['shared']} | {rejected} "
                f"| {r['replacements']} / {r['recreated']} | {r['plugin_failed']} | {r['deleted_pending']} "
                f"| {r['pending_at_end']} | {times} | {r['free']} ({r['stranded']}) | {r['seconds']:.0f} s |")
 
 
 def plot(kind: str, rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """Per arm: NUMA-local Running, split, kubelet-rejected, refused at admission and Pending at the end; and
-    create → Running p50 and p99. matplotlib is the bench extra's; nothing in the product imports it."""
+    """Per arm: NUMA-local Running, split, ranks sharing a NUMA node, kubelet-rejected, refused at admission and
+    Pending at the end; and create → Running p50 and p99. matplotlib is the bench extra's; nothing in the product
+    imports it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -923,6 +927,7 @@ def plot(kind: str, rows: list[dict[str, Any]], path: Path, title: str) -> None:
     arms = [r["arm"] for r in rows]
     bars = {"NUMA-local\nRunning": [r["numa_local"] for r in rows],
             "NUMA-local\nat the end": [r["numa_local_at_end"] for r in rows], "split": [r["split"] for r in rows],
+            "ranks sharing\na NUMA node": [r["packed"] for r in rows],
             "kubelet\nrejected": [sum(r["rejected"].values()) for r in rows],
             "plugin\nfailed": [r["plugin_failed"] for r in rows],
             "refused at\nadmission": [r["refused"] for r in rows],

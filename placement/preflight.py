@@ -203,8 +203,9 @@ def preflight(
 
 def _ranks_note(demand: ModelDemand, first: fitmod.Fit, spec: Mapping[str, Any], cluster: ClusterState
                 ) -> tuple[str, ...]:
-    """A warning when no node the kubelet admits the pod on gives each rank a NUMA node of its own (vLLM's
-    VLLM_CPU_OMP_THREADS_BIND=auto binds rank i to the i-th NUMA node of the container's CPUs)."""
+    """A warning when no node the kubelet admits the pod on gives each rank a NUMA node of its own. vLLM's default
+    VLLM_CPU_OMP_THREADS_BIND=auto binds rank i to the i-th NUMA node of the container's CPUs, and asserts there are
+    at least as many NUMA nodes as ranks (vllm/v1/worker/cpu_worker.py, `_get_autobind_cpu_ids`)."""
     for candidate in cluster.iter_eligible(spec):
         other = cluster.fit_admission(demand, candidate)
         if other.ok and fitmod.rank_local(demand, other):
@@ -212,16 +213,19 @@ def _ranks_note(demand: ModelDemand, first: fitmod.Fit, spec: Mapping[str, Any],
     span = len(first.per_numa)
     ledger = cluster.ledger(first.node)
     agent = ledger.agent() if ledger is not None else "kubelet"
+    ranks = f"{demand.numa_nodes} rank{'s' if demand.numa_nodes > 1 else ''}"
     if span < demand.numa_nodes:
-        effect = (f"its {demand.numa_nodes} ranks share {span} NUMA node{'s' if span > 1 else ''}: the kubelet spans "
-                  "more NUMA nodes only for a request larger than one holds")
+        effect = (f"its {ranks} share {span} NUMA node{'s' if span > 1 else ''} (the kubelet spans more NUMA nodes "
+                  "only for a request larger than one holds), so vLLM's default binding (VLLM_CPU_OMP_THREADS_BIND="
+                  "auto, a NUMA node per rank) stops at start with \"No enough allowed NUMA nodes to bind threads\"")
         change = ("use model-manager.io/cpu-policy: nri-balloons (a balloon per rank), or lower the ranks in this pod "
                   "(tensor-parallel-size / data-parallel-size)")
     else:
-        effect = f"its CPUs span {span} NUMA nodes for {demand.numa_nodes} rank{'s' if demand.numa_nodes > 1 else ''}"
+        effect = (f"its CPUs span {span} NUMA nodes for {ranks}, so vLLM's default binding (VLLM_CPU_OMP_THREADS_BIND="
+                  "auto) gives each rank the CPUs of one NUMA node and leaves the others idle")
         change = "request at most one NUMA node's CPUs per rank, or use model-manager.io/cpu-policy: nri-balloons"
-    return (f"{demand.pod}: under the kubelet's static CPU Manager ({agent}) {effect}, so vLLM's per-rank binding "
-            f"(VLLM_CPU_OMP_THREADS_BIND=auto) is not NUMA-local on any node it fits now. To change: {change}.",)
+    return (f"{demand.pod}: under the kubelet's static CPU Manager ({agent}) {effect}, on any node it fits now. "
+            f"To change: {change}.",)
 
 
 def no_eligible_node(cluster: ClusterState, spec: Mapping[str, Any]) -> str:

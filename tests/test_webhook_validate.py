@@ -695,3 +695,18 @@ async def test_on_the_smt_off_node_cpu_16_is_16_cores_and_on_smt2_nodes_32_cpus(
         "nodeSelectorTerms"]
     assert {"key": "feature.node.kubernetes.io/cpu-hardware_multithreading", "operator": "NotIn",
             "values": ["false"]} in term["matchExpressions"]
+
+
+async def test_kubelet_static_ranks_sharing_a_numa_node_are_warned_that_vllm_stops(make_webhook: MakeWebhook) -> None:
+    """The kubelet keeps a 16-CPU TP=2 pod on one NUMA node of either kubelet-static node of the demo fleet; vLLM's
+    default binding needs a NUMA node per rank and stops at start there (its `No enough allowed NUMA nodes`
+    assertion). Admitted, with the warning; a TP=1 pod of the same size is told nothing."""
+    wh = await make_webhook(settings=Settings(kubernetes_cpu_policy="kubelet-static"))
+    answer = await admitted(wh, kserve("tp2", cpu="16", **{TP: "2"}))
+    assert answer.allowed, answer.message
+    said = " ".join(answer.warnings)
+    assert "its 2 ranks share 1 NUMA node" in said, said
+    assert 'stops at start with "No enough allowed NUMA nodes to bind threads"' in said, said
+    assert "To change: use model-manager.io/cpu-policy: nri-balloons (a balloon per rank)" in said, said
+    answer = await admitted(wh, kserve("tp1", cpu="16"))
+    assert answer.allowed and not answer.warnings, answer.warnings
