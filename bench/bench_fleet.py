@@ -849,6 +849,7 @@ def summarize(arm: str, observer: Observer, user: User, recs: dict[str, dict[str
     errors = [e for v in vnodes for e in v.errors]
     split = [f for f in models if f.verdict == "split" and f.node is not None]
     split_aligning = [f for f in split if observer.fleet[f.node or ""].policy in ALIGNING]
+    avoidable = [f for f in split_aligning if kept_local(observer.fleet[f.node or ""], observer.pods[f.uid])]
     live = [f for f in models if f.running is not None and not f.deleted and f.rejected is None]
     return {
         "arm": arm, "model_pods": len(models), "refused": len(user.refused),
@@ -858,8 +859,7 @@ def summarize(arm: str, observer: Observer, user: User, recs: dict[str, dict[str
         "numa_local": verdicts["local"], "packed": verdicts["packed"],
         "running_at_end": len(live), "numa_local_at_end": sum(1 for f in live if f.verdict == "local"),
         "split": verdicts["split"], "split_aligning": len(split_aligning),
-        "split_avoidable": sum(1 for f in split_aligning if kept_local(observer.fleet[f.node or ""],
-                                                                       observer.pods[f.uid])),
+        "split_avoidable": len(avoidable),
         "shared": sum(1 for f in models if f.ever_shared), "memory_off_numa": verdicts["memory"],
         "unjudged": sum(1 for f in models if f.running is not None and f.verdict is None),
         "rejected": dict(Counter(f.rejected for f in models if f.rejected)),
@@ -874,6 +874,8 @@ def summarize(arm: str, observer: Observer, user: User, recs: dict[str, dict[str
         "stream_seconds": round(stream_seconds, 1), "seconds": round(seconds, 1),
         "failures": sorted({f.failed for f in models if f.failed})[:5], "kubelet_errors": errors[:5],
         "not_local": sorted(f.placement for f in models if f.verdict not in (None, "local"))[:5],
+        # Each in full, with its uid: what a trace through the extender's log starts from.
+        "split_avoidable_pods": [f"{f.placement}; uid {f.uid}" for f in avoidable],
         "refused_said": dict(user.said.most_common(6)),
     }
 
