@@ -373,6 +373,17 @@ def split_deadline(judge: Judge, ref: PodRef) -> float | None:
     return ref.created + wait if ref.created is not None and wait > 0 else None
 
 
+def _local_elsewhere(judge: Judge, ref: PodRef, names: list[str]) -> bool:
+    """Whether a node kube-scheduler did not send, but would offer the pod, keeps each rank on its own NUMA node
+    now or could once pods leave. Its own filters drop a node short of CPUs in all (NodeResourcesFit), so the full
+    nodes whose Topology Manager aligns are seldom among the candidates of a pod that only a split would place."""
+    sent = set(names)
+    others = [name for name in judge.cluster.nodes if name not in sent]
+    ineligible = judge.misses(ref, others)
+    others = [name for name in others if name not in ineligible]
+    return any(v is not None and (not v.split if v.ok else v.resolvable) for v in judge.verdicts(ref, others))
+
+
 def _holes(values: list[Any]) -> Iterator[int]:
     """Where `values` holds None. Found by `list.index`, at C speed: after a bind only the node it changed has lost
     its verdict, and a loop over 1,000 verdicts in Python cost more than judging that one node."""
@@ -448,12 +459,12 @@ def filter_nodes(judge: Judge, ref: PodRef, names: list[str], now: float | None 
         text = f"{message}; {most_free(message, ref.demand.policy, frees)}{fix}"
         for name in nodes:
             failed[name] = text
-    if passed and failed and all(v is None or not v.ok or v.split for v in verdicts):
+    if passed and all(v is None or not v.ok or v.split for v in verdicts):
         # Only nodes that would split it have room, and a node refused for what it holds could keep each rank on
         # its own NUMA node once pods leave: the pod waits for that (`Waiting` asks kube-scheduler to retry it
         # when the ledgers change, or when the wait is over), as long as `split_wait_seconds` allows.
         deadline, clock = split_deadline(judge, ref), time.time() if now is None else now
-        if deadline is not None and deadline > clock:
+        if deadline is not None and deadline > clock and (failed or _local_elsewhere(judge, ref, names)):
             until = datetime.fromtimestamp(deadline, UTC).strftime("%H:%M:%S")
             text = (f"would run the model split over more NUMA nodes than its {ref.demand.tp} rank(s) (the Topology "
                     f"Manager here does not align it); nodes that keep each rank on its own NUMA node are full now, "

@@ -143,9 +143,13 @@ async def test_a_pod_that_only_a_non_aligning_node_would_split_waits_for_one_tha
                            "here does not align it); nodes that keep each rank on its own NUMA node are full now, so "
                            "it waits for one until "), said
     assert "Z, 100 s more (`split_wait_seconds`), then runs split" in said or "Z, 101 s more" in said, said
+    # kube-scheduler sends no node short of CPUs in all: cpu-ks1, which could hold it once a pod leaves, still counts.
+    alone = await ext.ok("/filter", args_nodecache(created(kubelet_static_pod("ks-30-b", 30), seconds_ago=0),
+                                                     ["cpu-ks2"]))
+    assert alone["NodeNames"] == [] and alone["FailedAndUnresolvableNodes"]["cpu-ks2"].startswith("would run the model")
     # A pod that no aligning node could hold even empty (70 CPUs: more than a NUMA node of cpu-ks1) never waits.
     big = created(kubelet_static_pod("ks-70", 70), seconds_ago=0)
-    assert (await ext.ok("/filter", args_nodecache(big, both)))["NodeNames"] == ["cpu-ks2"]
+    assert (await ext.ok("/filter", args_nodecache(big, ["cpu-ks2"])))["NodeNames"] == ["cpu-ks2"]
     # Its wait over, a pod runs split where a node has room: a model that runs slowly rather than not at all.
     old = created(kubelet_static_pod("ks-30-old", 30), seconds_ago=121)
     assert (await (await filled()).ok("/filter", args_nodecache(old, both)))["NodeNames"] == ["cpu-ks2"]
