@@ -24,11 +24,13 @@ shows the per-node numbers (also in the log line and GET /debug/nodes/NAME).
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import orjson
@@ -62,6 +64,7 @@ class PodRef:
     key: ModelDemand | None = None  # the demand as `fit` sees it, without the pod's own names
     eligibility: Eligibility | None = None  # which nodes kube-scheduler offers it (model pods)
     where: bytes = b""  # the spec fields `eligibility` reads, as a key replicas share
+    created: float | None = None  # metadata.creationTimestamp, seconds since the epoch; None when unreadable
 
     @property
     def unreadable(self) -> str | None:
@@ -79,6 +82,7 @@ class Verdict(NamedTuple):
     resolvable: bool  # could evicting pods make it fit? (FailedNodes vs FailedAndUnresolvableNodes)
     score: int  # 0..10 when it fits, else 0
     message: str  # the class of refusal, naming neither node nor pod; empty when it fits
+    split: bool = False  # it fits with the model over more NUMA nodes than it has ranks (kubelet-static)
 
 
 @dataclass(slots=True)
@@ -96,6 +100,7 @@ class _Memo:
 
 
 _FITS = tuple(Verdict(True, True, score, "") for score in range(MIN_SCORE, MAX_SCORE + 1))
+_SPLITS = tuple(Verdict(True, True, score, "", True) for score in range(MIN_SCORE, MAX_SCORE + 1))
 
 
 def describe_demand(demand: ModelDemand) -> str:
@@ -170,7 +175,8 @@ class Judge:
                                      option=orjson.OPT_SORT_KEYS)
             except (AttributeError, orjson.JSONEncodeError) as exc:
                 raise BadRequest(f"ExtenderArgs.Pod.spec is not a readable v1.PodSpec: {exc}") from None
-            ref = replace(ref, eligibility=self.cluster.eligibility(spec), where=where)
+            ref = replace(ref, eligibility=self.cluster.eligibility(spec), where=where,
+                          created=_epoch(meta.get("creationTimestamp")))
         if uid:
             self.remember(ref)
         return ref
@@ -260,7 +266,7 @@ class Judge:
         assert isinstance(planned, fitmod.Fit)
         fit = fitmod.finish(planned, ledger, strategy)
         if fit.ok:
-            return _FITS[max(MIN_SCORE, min(MAX_SCORE, fit.score))]
+            return (_SPLITS if fit.split else _FITS)[max(MIN_SCORE, min(MAX_SCORE, fit.score))]
         verdict = self._refusal(fit.resolvable, explain(key, fit))
         if not fit.resolvable:
             # What the node holds does not enter this refusal (see `fitmod.fit`): every node of this shape
@@ -349,6 +355,35 @@ class Judge:
         return False
 
 
+def _epoch(stamp: object) -> float | None:
+    """A metav1.Time (RFC 3339, as the apiserver writes it) in seconds since the epoch; None when it is not one."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+
+
+def split_deadline(judge: Judge, ref: PodRef) -> float | None:
+    """Until when (seconds since the epoch) the pod waits for a node that keeps each rank on its own NUMA node rather
+    than run split: `split_wait_seconds` after its creation. None: it does not wait (a pod whose creation is unknown
+    is not held for a time nobody can tell)."""
+    wait = judge.settings.split_wait_seconds
+    return ref.created + wait if ref.created is not None and wait > 0 else None
+
+
+def _local_elsewhere(judge: Judge, ref: PodRef, names: list[str]) -> bool:
+    """Whether a node kube-scheduler did not send, but would offer the pod, keeps each rank on its own NUMA node
+    now or could once pods leave. Its own filters drop a node short of CPUs in all (NodeResourcesFit), so the full
+    nodes whose Topology Manager aligns are seldom among the candidates of a pod that only a split would place."""
+    sent = set(names)
+    others = [name for name in judge.cluster.nodes if name not in sent]
+    ineligible = judge.misses(ref, others)
+    others = [name for name in others if name not in ineligible]
+    return any(v is not None and (not v.split if v.ok else v.resolvable) for v in judge.verdicts(ref, others))
+
+
 def _holes(values: list[Any]) -> Iterator[int]:
     """Where `values` holds None. Found by `list.index`, at C speed: after a bind only the node it changed has lost
     its verdict, and a loop over 1,000 verdicts in Python cost more than judging that one node."""
@@ -387,7 +422,8 @@ def most_free(message: str, policy: str, frees: list[tuple[int, ...]]) -> str:
     return say(max(max(f, default=0) for f in frees), "on one NUMA node")
 
 
-def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
+def filter_nodes(judge: Judge, ref: PodRef, names: list[str], now: float | None = None) -> Filtered:
+    """`now`: seconds since the epoch (the clock creation timestamps are read against), time.time() if None."""
     if ref.demand is None:
         return Filtered(list(names), {}, {}, "not-a-model-pod")
     why = ref.unreadable
@@ -423,4 +459,17 @@ def filter_nodes(judge: Judge, ref: PodRef, names: list[str]) -> Filtered:
         text = f"{message}; {most_free(message, ref.demand.policy, frees)}{fix}"
         for name in nodes:
             failed[name] = text
+    if passed and all(v is None or not v.ok or v.split for v in verdicts):
+        # Only nodes that would split it have room, and a node refused for what it holds could keep each rank on
+        # its own NUMA node once pods leave: the pod waits for that (`Waiting` asks kube-scheduler to retry it
+        # when the ledgers change, or when the wait is over), as long as `split_wait_seconds` allows.
+        deadline, clock = split_deadline(judge, ref), time.time() if now is None else now
+        if deadline is not None and deadline > clock and (failed or _local_elsewhere(judge, ref, names)):
+            until = datetime.fromtimestamp(deadline, UTC).strftime("%H:%M:%S")
+            text = (f"would run the model split over more NUMA nodes than its {ref.demand.tp} rank(s) (the Topology "
+                    f"Manager here does not align it); nodes that keep each rank on its own NUMA node are full now, "
+                    f"so it waits for one until {until}Z, {math.ceil(deadline - clock)} s more "
+                    f"(`split_wait_seconds`), then runs split{fix}")
+            unresolvable.update(dict.fromkeys(passed, text))
+            return Filtered([], failed, unresolvable, "waits-for-local", ineligible)
     return Filtered(passed, failed, unresolvable, "fits" if passed else "fits-nowhere", ineligible)

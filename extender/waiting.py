@@ -7,7 +7,8 @@ it again. Back in the unschedulable queue, the pod then waits for another cluste
 five-minute flush (podMaxInUnschedulablePodsDuration), although the cores are free.
 
 So every pod /filter refuses for what nodes hold now is kept here, and once the ledgers change (after the watch
-applied an event) it is judged again as /filter would; a pod that would pass now gets a condition written into its
+applied an event), or its wait for a NUMA-local node is over (`filter.split_deadline`: no event marks that moment),
+it is judged again as /filter would; a pod that would pass now gets a condition written into its
 status, as kube-scheduler writes PodScheduled. That update is an event for the pod itself, which moves it from the
 unschedulable queue to the active one (kube-scheduler v1.35, PriorityQueue.Update: the Extender's default hint
 queues on any pod update), and its next /filter reads the state that let it pass.
@@ -17,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from extender.filter import UNKNOWN_NODE, Filtered, Judge, PodRef, filter_nodes
+from extender.filter import UNKNOWN_NODE, Filtered, Judge, PodRef, filter_nodes, split_deadline
 from placement.fit import fmt_free
 from server import metrics
 from server.app import Runtime
@@ -46,12 +48,15 @@ class _Waiter(NamedTuple):
 class Waiting:
     """Lives on the event loop, like the ledgers it reads."""
 
-    def __init__(self, judge: Judge, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, judge: Judge, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self.judge = judge
         self.cluster = judge.cluster
         self.clock = clock
+        self.wall = wall  # the clock creation timestamps are read against
         self._waiting: OrderedDict[str, _Waiter] = OrderedDict()  # uid -> waiter, oldest first
         self._seen = (-1, -1)  # the ledgers' stamp and the node generation last judged at
+        self._wait_over = math.inf  # the next moment (wall clock) a waiter's wait for a NUMA-local node ends
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -66,6 +71,9 @@ class Waiting:
             return
         self._waiting[ref.uid] = _Waiter(ref, names, self.clock())
         self._waiting.move_to_end(ref.uid)
+        deadline = split_deadline(self.judge, ref)
+        if deadline is not None:
+            self._wait_over = min(self._wait_over, deadline)
         while len(self._waiting) > MAX_WAITING:
             self._waiting.popitem(last=False)
 
@@ -74,8 +82,8 @@ class Waiting:
         no ledger and no node changed since the last call. Replicas of one model (the same demand and node
         constraints) are judged once, and as many are due as nodes passed: the first to bind changes the
         ledgers, and the rest are judged again."""
-        seen = (self.cluster.stamps.taken, self.cluster.node_generation)
-        if seen == self._seen or not self._waiting:
+        seen, wall = (self.cluster.stamps.taken, self.cluster.node_generation), self.wall()
+        if (seen == self._seen and wall < self._wait_over) or not self._waiting:
             return []
         self._seen = seen
         now, pods = self.clock(), self.cluster.pods
@@ -88,10 +96,12 @@ class Waiting:
             groups.setdefault((waiter.ref.key, waiter.ref.where), []).append(waiter)
         due = []
         for waiters in groups.values():
-            passed = filter_nodes(self.judge, waiters[0].ref, waiters[0].names).passed
+            passed = filter_nodes(self.judge, waiters[0].ref, waiters[0].names, wall).passed
             for waiter, node in zip(waiters, passed):  # the oldest first, one per node that passed
                 del self._waiting[waiter.ref.uid]
                 due.append((waiter.ref, node))
+        ends = (split_deadline(self.judge, w.ref) for w in self._waiting.values())
+        self._wait_over = min((end for end in ends if end is not None and end > wall), default=math.inf)
         return due
 
     def note(self, node: str) -> str:

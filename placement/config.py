@@ -112,6 +112,10 @@ class Settings(BaseModel):
     # memory is given as requests = limits: without both, the pod is Burstable and the kubelet pins no core.
     native_sidecar_cpu: str = "100m"
     native_sidecar_memory: str = "128Mi"
+    # How long after its creation a model pod waits Pending for a node that keeps each rank on its own NUMA node,
+    # while only nodes that would split it have room now and a node that would not could once pods leave; then it
+    # runs split. A split rank pays on every token for the pod's life; the wait is paid once.
+    split_wait_seconds: float = Field(default=120.0, ge=0)
     # An assumed pod (bound by us, not yet seen bound by the watch) is dropped after this long.
     assume_ttl_seconds: float = Field(default=30.0, gt=0)
     # kubelet-static node groups, first match wins: the nodes they select are pinned by the kubelet whatever

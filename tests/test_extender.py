@@ -10,6 +10,7 @@ import copy
 import json
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -20,7 +21,6 @@ from placement.config import Settings
 from placement.ledger import PLACEMENT
 from server import metrics
 from tests.support.extender import (
-    BALLOON_ANN,
     DEMO_NODES,
     FILTER_KEYS,
     TP_ANN,
@@ -28,10 +28,12 @@ from tests.support.extender import (
     MakeExt,
     Obj,
     added,
+    aligning_nothing,
     args_nodecache,
     args_nodelist,
     bind_args,
     go_json,
+    kubelet_static_pod,
     model_pod,
     pair,
     plain_pod,
@@ -59,15 +61,6 @@ async def test_filter_nodecache_form_answers_nodenames_with_all_five_keys(ext: E
     # Every candidate is accounted for exactly once, as the scheduler maps them back.
     judged = answer["NodeNames"] + list(answer["FailedNodes"]) + list(answer["FailedAndUnresolvableNodes"])
     assert sorted(judged) == DEMO_NODES
-
-
-def kubelet_static_pod(name: str, cpus: int) -> Obj:
-    """The fixture's pod as the webhook leaves a kubelet-static one: Guaranteed, no balloon annotation."""
-    pod = model_pod(name, cpus=cpus)
-    annotations = pod["metadata"]["annotations"]
-    del annotations[BALLOON_ANN]
-    annotations["cpu-policy.model-manager.io/type"] = "kubelet-static"
-    return pod
 
 
 async def test_kubelet_static_pods_go_only_where_the_kubelet_admits_them(ext: Ext) -> None:
@@ -111,6 +104,58 @@ async def test_kubelet_static_pods_go_only_where_the_kubelet_admits_them(ext: Ex
     assert answer["FailedNodes"]["cpu-ks1"].startswith(
         "the kubelet (Topology Manager single-numa-node, scope container) would fail the pod with "
         "TopologyAffinityError: 30 CPUs fit no NUMA node now; free CPUs NUMA 0: 22 of 62, NUMA 1: 24 of 64")
+
+
+def created(pod: Obj, seconds_ago: float) -> Obj:
+    stamp = datetime.now(UTC) - timedelta(seconds=seconds_ago)
+    pod["metadata"]["creationTimestamp"] = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return pod
+
+
+async def run_on(ext: Ext, pod: Obj, node: str) -> None:
+    """`pod` filtered, bound to `node` and seen Running there, its placement recorded as /bind records it."""
+    assert (await ext.ok("/filter", args_nodecache(pod, [node])))["NodeNames"] == [node]
+    assert (await ext.ok("/bind", bind_args(pod, node)))["Error"] == ""
+    ran = copy.deepcopy(pod)
+    ran["metadata"]["annotations"][PLACEMENT] = AssumeCache(ext.cluster).placement(pod["metadata"]["uid"])
+    ext.cluster.apply("Pod", "MODIFIED", {**ran, "spec": {**ran["spec"], "nodeName": node},
+                                          "status": {"phase": "Running"}})
+
+
+async def test_a_pod_that_only_a_non_aligning_node_would_split_waits_for_one_that_keeps_it_local(
+        make_ext: MakeExt, demo_objects: list[Obj]) -> None:
+    async def filled(settings: Settings | None = None) -> Ext:
+        # cpu-ks2 (4 NUMA nodes of 24 CPUs) under best-effort runs 30 CPUs over two of them; cpu-ks1 (2 x 64 CPUs,
+        # single-numa-node) holds them on one once a pod leaves: two of 40 leave it 22 and 24 CPUs free.
+        ext = await make_ext(aligning_nothing(demo_objects, "cpu-ks2"), settings)
+        for name in ("ks-a", "ks-b"):
+            await run_on(ext, kubelet_static_pod(name, 40), "cpu-ks1")
+        return ext
+
+    both = ["cpu-ks1", "cpu-ks2"]
+    ext = await filled()
+    young = created(kubelet_static_pod("ks-30", 30), seconds_ago=20)
+    answer = await ext.ok("/filter", args_nodecache(young, both))
+    assert answer["NodeNames"] == []
+    assert answer["FailedNodes"]["cpu-ks1"].startswith("the kubelet (Topology Manager single-numa-node")
+    said = answer["FailedAndUnresolvableNodes"]["cpu-ks2"]
+    assert said.startswith("would run the model split over more NUMA nodes than its 1 rank(s) (the Topology Manager "
+                           "here does not align it); nodes that keep each rank on its own NUMA node are full now, so "
+                           "it waits for one until "), said
+    assert "Z, 100 s more (`split_wait_seconds`), then runs split" in said or "Z, 101 s more" in said, said
+    # kube-scheduler sends no node short of CPUs in all: cpu-ks1, which could hold it once a pod leaves, still counts.
+    alone = await ext.ok("/filter", args_nodecache(created(kubelet_static_pod("ks-30-b", 30), seconds_ago=0),
+                                                     ["cpu-ks2"]))
+    assert alone["NodeNames"] == [] and alone["FailedAndUnresolvableNodes"]["cpu-ks2"].startswith("would run the model")
+    # A pod that no aligning node could hold even empty (70 CPUs: more than a NUMA node of cpu-ks1) never waits.
+    big = created(kubelet_static_pod("ks-70", 70), seconds_ago=0)
+    assert (await ext.ok("/filter", args_nodecache(big, ["cpu-ks2"])))["NodeNames"] == ["cpu-ks2"]
+    # Its wait over, a pod runs split where a node has room: a model that runs slowly rather than not at all.
+    old = created(kubelet_static_pod("ks-30-old", 30), seconds_ago=121)
+    assert (await (await filled()).ok("/filter", args_nodecache(old, both)))["NodeNames"] == ["cpu-ks2"]
+    # Nor does any pod wait where the operator set no wait.
+    eager = await filled(Settings(split_wait_seconds=0))
+    assert (await eager.ok("/filter", args_nodecache(young, both)))["NodeNames"] == ["cpu-ks2"]
 
 
 async def test_filter_nodelist_form_answers_the_passing_node_objects(ext: Ext, demo_objects: list[Obj]) -> None:

@@ -74,6 +74,25 @@ def model_pod(name: str = "qwen3-0-6b-predictor-7d9f8c6b5-x2k9q", *, tp: int = 1
     return pod
 
 
+def kubelet_static_pod(name: str, cpus: int) -> Obj:
+    """The fixture's pod as the webhook leaves a kubelet-static one: Guaranteed, no balloon annotation."""
+    pod = model_pod(name, cpus=cpus)
+    annotations = pod["metadata"]["annotations"]
+    del annotations[BALLOON_ANN]
+    annotations["cpu-policy.model-manager.io/type"] = "kubelet-static"
+    return pod
+
+
+def aligning_nothing(objects: list[Obj], node: str) -> list[Obj]:
+    """`objects` with `node`'s NodeResourceTopology announcing Topology Manager best-effort: its kubelet admits what
+    it cannot align, over as many NUMA nodes as it takes."""
+    objects = copy.deepcopy(objects)
+    nrt = next(o for o in objects if o["kind"] == "NodeResourceTopology" and o["metadata"]["name"] == node)
+    nrt["topologyPolicies"] = ["BestEffortContainerLevel"]
+    next(a for a in nrt["attributes"] if a["name"] == "topologyManagerPolicy")["value"] = "best-effort"
+    return objects
+
+
 def plain_pod(name: str = "web-5d8f7c6b9-abcde") -> Obj:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "shop", "uid": f"uid-{name}", "labels": {"app": "web"}},
