@@ -139,7 +139,7 @@ async def test_a_pod_that_only_a_non_aligning_node_would_split_waits_for_one_tha
     assert answer["NodeNames"] == []
     assert answer["FailedNodes"]["cpu-ks1"].startswith("the kubelet (Topology Manager single-numa-node")
     said = answer["FailedAndUnresolvableNodes"]["cpu-ks2"]
-    assert said.startswith("would run the model split over more NUMA nodes than its 1 rank(s) (the Topology Manager "
+    assert said.startswith("would run the model split over more NUMA nodes than its 1 rank (the Topology Manager "
                            "here does not align it); nodes that keep each rank on its own NUMA node are full now, so "
                            "it waits for one until "), said
     assert "Z, 100 s more (`split_wait_seconds`), then runs split" in said or "Z, 101 s more" in said, said
