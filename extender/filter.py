@@ -466,9 +466,8 @@ def filter_nodes(judge: Judge, ref: PodRef, names: list[str], now: float | None 
         deadline, clock = split_deadline(judge, ref), time.time() if now is None else now
         if deadline is not None and deadline > clock and (failed or _local_elsewhere(judge, ref, names)):
             until = datetime.fromtimestamp(deadline, UTC).strftime("%H:%M:%S")
-            ranks = ref.demand.numa_nodes
-            text = (f"would run the model split over more NUMA nodes than its {ranks} rank{'s' if ranks > 1 else ''} "
-                    "(the Topology Manager here does not align it); nodes that keep each rank on its own NUMA node "
+            text = (f"would run the model split over more NUMA nodes than its {ref.demand.rank_count} (the Topology "
+                    "Manager here does not align it); nodes that keep each rank on its own NUMA node "
                     f"are full now, so it waits for one until {until}Z, {math.ceil(deadline - clock)} s more "
                     f"(`split_wait_seconds`), then runs split{fix}")
             unresolvable.update(dict.fromkeys(passed, text))

@@ -136,6 +136,11 @@ class ModelDemand:
     def ranks(self) -> str:
         return ranks_text(self.tp, self.pp, self.dp)
 
+    @property
+    def rank_count(self) -> str:
+        """"1 rank", "4 ranks": how many NUMA nodes of its own the model wants, as messages count them."""
+        return f"{self.numa_nodes} rank{'s' if self.numa_nodes != 1 else ''}"
+
 
 def ranks_text(tp: int, pp: int = 1, dp: int = 1) -> str:
     parts = [f"TP={tp}"] + ([f"PP={pp}"] if pp != 1 else []) + ([f"DP={dp}"] if dp != 1 else [])

@@ -213,7 +213,7 @@ def _ranks_note(demand: ModelDemand, first: fitmod.Fit, spec: Mapping[str, Any],
     span = len(first.per_numa)
     ledger = cluster.ledger(first.node)
     agent = ledger.agent() if ledger is not None else "kubelet"
-    ranks = f"{demand.numa_nodes} rank{'s' if demand.numa_nodes > 1 else ''}"
+    ranks = demand.rank_count
     if span < demand.numa_nodes:
         effect = (f"its {ranks} share {span} NUMA node{'s' if span > 1 else ''} (the kubelet spans more NUMA nodes "
                   "only for a request larger than one holds), so vLLM's default binding (VLLM_CPU_OMP_THREADS_BIND="
