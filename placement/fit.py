@@ -509,9 +509,11 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
     span = sum(1 for n in per_cpus if n)
     tpc = ledger.threads_per_core
     per_numa = tuple((i, -(-n // tpc)) for i, n in enumerate(per_cpus) if n)
-    split = span > demand.numa_nodes
-    # One NUMA node per rank first (2..10 by the strategy), then ranks sharing a NUMA node (1), then a model split
-    # over more NUMA nodes than it has ranks (0): vLLM binds rank i to the i-th NUMA node of its CPUs.
+    # vLLM binds rank i to the i-th NUMA node of its CPUs, all of them: a rank short of its share there is as slow
+    # as one spread, and TP runs at its slowest rank's pace (the fleet benchmark's 6 + 10 cores for TP=2 of 16).
+    split = span > demand.numa_nodes or (span == demand.numa_nodes and any(
+        cores * demand.numa_nodes * tpc < demand.cpus for _, cores in per_numa))
+    # One NUMA node per rank first (2..10 by the strategy), then ranks sharing a NUMA node (1), then a split (0).
     score = 0 if split else 1 if span < demand.numa_nodes else \
         max(2, _score(ledger, list(kub.free_cores_of(node, answer.default)), strategy))
     return Fit(name, None, True, per_numa, score, fp, admitted=answer, split=split)
@@ -555,8 +557,8 @@ def _unmoved_without(node: kub.KubeletNode, state: kub.KState, pod: kub.KPod, an
 
 def rank_local(demand: ModelDemand, result: Fit) -> bool:
     """Does each of the model's ranks get a NUMA node of its own (kubelet-static: its CPUs span exactly as many NUMA
-    nodes as it has ranks)?"""
-    return result.admitted is None or len(result.per_numa) == demand.numa_nodes
+    nodes as it has ranks, each with a rank's share)?"""
+    return result.admitted is None or (len(result.per_numa) == demand.numa_nodes and not result.split)
 
 
 def _init_never_fits(demand: ModelDemand, ledger: NodeLedger) -> reasons.Reason | None:

@@ -220,6 +220,11 @@ def _ranks_note(demand: ModelDemand, first: fitmod.Fit, spec: Mapping[str, Any],
                   "auto, a NUMA node per rank) stops at start with \"No enough allowed NUMA nodes to bind threads\"")
         change = ("use model-manager.io/cpu-policy: nri-balloons (a balloon per rank), or lower the ranks in this pod "
                   "(tensor-parallel-size / data-parallel-size)")
+    elif span == demand.numa_nodes:
+        cores = ", ".join(f"NUMA {i}: {c}" for i, c in first.per_numa)
+        effect = (f"its CPUs span {span} NUMA nodes for {ranks} unevenly (cores {cores}), so vLLM's default binding "
+                  "(VLLM_CPU_OMP_THREADS_BIND=auto, all of the i-th NUMA node's CPUs for rank i) gives a rank less "
+                  "than its share, and the model runs at that rank's pace")
     else:
         effect = (f"its CPUs span {span} NUMA nodes for {ranks}, so vLLM's default binding (VLLM_CPU_OMP_THREADS_BIND="
                   "auto) gives each rank the CPUs of one NUMA node and leaves the others idle")

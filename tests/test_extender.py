@@ -586,3 +586,16 @@ async def test_a_thousand_nodes_of_three_shapes_refuse_in_a_few_sentences_that_n
     assert any(f" is {most}; wait for free cores" in t for t in resolvable)
     summary = ", ".join(f"{list(reasons.values()).count(t)} {t}" for t in sorted(distinct))
     assert len(f"0/1000 nodes are available: {summary}.") < 1024, summary
+
+
+async def test_a_rank_short_of_its_share_ranks_as_a_split(ext: Ext) -> None:
+    """vLLM binds rank i to every CPU of the i-th NUMA node it has: a TP=2 pod of 40 CPUs that cpu-ks2's restricted
+    kubelet spreads over two NUMA nodes of 24 CPUs (2 reserved on NUMA 0) gives one rank fewer than its 20, and TP
+    runs at its slowest rank's pace. Counted local until the fleet benchmark named such pods (6 + 10 cores for TP=2
+    of 16 on a pod-scope node); cpu-ks1, whose kubelet keeps it on one NUMA node, now ranks above it."""
+    pod = kubelet_static_pod("ks-tp2", 40)
+    pod["metadata"]["annotations"][TP_ANN] = "2"
+    both = ["cpu-ks1", "cpu-ks2"]
+    assert (await ext.ok("/filter", args_nodecache(pod, both)))["NodeNames"] == both
+    scores = {s["Host"]: s["Score"] for s in await ext.ok("/prioritize", args_nodecache(pod, both))}
+    assert scores.get("cpu-ks1", 0) > scores.get("cpu-ks2", 0), scores
