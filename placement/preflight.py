@@ -225,6 +225,8 @@ def _ranks_note(demand: ModelDemand, first: fitmod.Fit, spec: Mapping[str, Any],
         effect = (f"its CPUs span {span} NUMA nodes for {ranks} unevenly (cores {cores}), so vLLM's default binding "
                   "(VLLM_CPU_OMP_THREADS_BIND=auto, all of the i-th NUMA node's CPUs for rank i) gives a rank less "
                   "than its share, and the model runs at that rank's pace")
+        change = ("request a multiple of the ranks that each NUMA node can hold, or use model-manager.io/cpu-policy: "
+                  "nri-balloons")
     else:
         effect = (f"its CPUs span {span} NUMA nodes for {ranks}, so vLLM's default binding (VLLM_CPU_OMP_THREADS_BIND="
                   "auto) gives each rank the CPUs of one NUMA node and leaves the others idle")
