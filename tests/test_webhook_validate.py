@@ -710,3 +710,17 @@ async def test_kubelet_static_ranks_sharing_a_numa_node_are_warned_that_vllm_sto
     assert "To change: use model-manager.io/cpu-policy: nri-balloons (a balloon per rank)" in said, said
     answer = await admitted(wh, kserve("tp1", cpu="16"))
     assert answer.allowed and not answer.warnings, answer.warnings
+
+
+async def test_kubelet_static_ranks_spread_unevenly_are_warned_with_the_cores(make_webhook: MakeWebhook) -> None:
+    """cpu-ks2's restricted kubelet spreads a 40-CPU TP=2 pod over two NUMA nodes of 24 CPUs (2 reserved on NUMA 0),
+    not 20 + 20: vLLM gives each rank all of its NUMA node's CPUs, so one rank is short. Admitted, with the cores;
+    this warning once left its advice unset and denied the pod ("pre-flight failed (UnboundLocalError)")."""
+    wh = await make_webhook(settings=Settings(kubernetes_cpu_policy="kubelet-static"))
+    sent = kserve("uneven", cpu="40", **{TP: "2"})
+    sent["request"]["object"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "cpu-ks2"}
+    answer = await admitted(wh, sent)
+    assert answer.allowed, answer.message
+    said = " ".join(answer.warnings)
+    assert "its CPUs span 2 NUMA nodes for 2 ranks unevenly (cores NUMA " in said, said
+    assert "gives a rank less than its share" in said and "To change: request a multiple of the ranks" in said, said
