@@ -874,8 +874,11 @@ def summarize(arm: str, observer: Observer, user: User, recs: dict[str, dict[str
         "stream_seconds": round(stream_seconds, 1), "seconds": round(seconds, 1),
         "failures": sorted({f.failed for f in models if f.failed})[:5], "kubelet_errors": errors[:5],
         "not_local": sorted(f.placement for f in models if f.verdict not in (None, "local"))[:5],
-        # Each in full, with its uid: what a trace through the extender's log starts from.
+        # Each in full, with its uid: what a trace through the extender's log starts from (a rejected pod is gone
+        # from the node and the apiserver once its ReplicaSet is scaled down).
         "split_avoidable_pods": [f"{f.placement}; uid {f.uid}" for f in avoidable],
+        "rejected_pods": [f"{f.key} on {f.node}: {(observer.pods[f.uid].get('status') or {}).get('message')}; "
+                          f"uid {f.uid}" for f in models if f.rejected][:20],
         "refused_said": dict(user.said.most_common(6)),
     }
 
