@@ -82,7 +82,7 @@ class Verdict(NamedTuple):
     resolvable: bool  # could evicting pods make it fit? (FailedNodes vs FailedAndUnresolvableNodes)
     score: int  # 0..10 when it fits, else 0
     message: str  # the class of refusal, naming neither node nor pod; empty when it fits
-    split: bool = False  # it fits with the model over more NUMA nodes than it has ranks (kubelet-static)
+    split: bool = False  # it fits with a rank off a NUMA node of its own, or short of its share there (kubelet-static)
 
 
 @dataclass(slots=True)
@@ -466,10 +466,11 @@ def filter_nodes(judge: Judge, ref: PodRef, names: list[str], now: float | None 
         deadline, clock = split_deadline(judge, ref), time.time() if now is None else now
         if deadline is not None and deadline > clock and (failed or _local_elsewhere(judge, ref, names)):
             until = datetime.fromtimestamp(deadline, UTC).strftime("%H:%M:%S")
-            text = (f"would run the model split over more NUMA nodes than its {ref.demand.rank_count} (the Topology "
-                    "Manager here does not align it); nodes that keep each rank on its own NUMA node "
-                    f"are full now, so it waits for one until {until}Z, {math.ceil(deadline - clock)} s more "
-                    f"(`split_wait_seconds`), then runs split{fix}")
+            each = " each" if ref.demand.numa_nodes > 1 else ""
+            text = (f"would run the model split: its {ref.demand.rank_count} would not{each} get a NUMA node of its "
+                    "own with a whole share here (the kubelet does not align it so); nodes that keep each rank on "
+                    f"its own NUMA node are full now, so it waits for one until {until}Z, "
+                    f"{math.ceil(deadline - clock)} s more (`split_wait_seconds`), then runs split{fix}")
             unresolvable.update(dict.fromkeys(passed, text))
             return Filtered([], failed, unresolvable, "waits-for-local", ineligible)
     return Filtered(passed, failed, unresolvable, "fits" if passed else "fits-nowhere", ineligible)

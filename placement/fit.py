@@ -63,7 +63,7 @@ class Fit(NamedTuple):
     # will be held as unknown too.
     unknown: bool = False
     admitted: kub.Admitted | None = None  # kubelet-static: what the kubelet gives each container, and its state after
-    split: bool = False  # kubelet-static: the model's CPUs span more NUMA nodes than it has ranks
+    split: bool = False  # kubelet-static: its CPUs span more NUMA nodes than ranks, or a rank is short of its share
 
     @property
     def ok(self) -> bool:

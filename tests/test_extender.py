@@ -139,9 +139,9 @@ async def test_a_pod_that_only_a_non_aligning_node_would_split_waits_for_one_tha
     assert answer["NodeNames"] == []
     assert answer["FailedNodes"]["cpu-ks1"].startswith("the kubelet (Topology Manager single-numa-node")
     said = answer["FailedAndUnresolvableNodes"]["cpu-ks2"]
-    assert said.startswith("would run the model split over more NUMA nodes than its 1 rank (the Topology Manager "
-                           "here does not align it); nodes that keep each rank on its own NUMA node are full now, so "
-                           "it waits for one until "), said
+    assert said.startswith("would run the model split: its 1 rank would not get a NUMA node of its own with a "
+                           "whole share here (the kubelet does not align it so); nodes that keep each rank on its own "
+                           "NUMA node are full now, so it waits for one until "), said
     assert "Z, 100 s more (`split_wait_seconds`), then runs split" in said or "Z, 101 s more" in said, said
     # kube-scheduler sends no node short of CPUs in all: cpu-ks1, which could hold it once a pod leaves, still counts.
     alone = await ext.ok("/filter", args_nodecache(created(kubelet_static_pod("ks-30-b", 30), seconds_ago=0),
@@ -599,3 +599,13 @@ async def test_a_rank_short_of_its_share_ranks_as_a_split(ext: Ext) -> None:
     assert (await ext.ok("/filter", args_nodecache(pod, both)))["NodeNames"] == both
     scores = {s["Host"]: s["Score"] for s in await ext.ok("/prioritize", args_nodecache(pod, both))}
     assert scores.get("cpu-ks1", 0) > scores.get("cpu-ks2", 0), scores
+    # With cpu-ks1 full for now (it and another pod of 40 leave 22 and 24 CPUs), the next waits as a split does.
+    await run_on(ext, pod, "cpu-ks1")
+    await run_on(ext, kubelet_static_pod("ks-a", 40), "cpu-ks1")
+    young = created(kubelet_static_pod("ks-tp2-young", 40), seconds_ago=0)
+    young["metadata"]["annotations"][TP_ANN] = "2"
+    answer = await ext.ok("/filter", args_nodecache(young, both))
+    assert answer["NodeNames"] == []
+    assert answer["FailedAndUnresolvableNodes"]["cpu-ks2"].startswith(
+        "would run the model split: its 2 ranks would not each get a NUMA node of its own with a whole share here"), \
+        answer
