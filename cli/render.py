@@ -234,7 +234,7 @@ def print_text(results: list[dict[str, Any]], out: Any = sys.stdout) -> None:
                 numa = ", ".join(f"NUMA {n}: {plural(c, 'core')}" for n, c in r["numa_cores"].items())
                 cpus = "; ".join(f"{c} on CPUs {v}" for c, v in r.get("cpus", {}).items())
                 placed = (numa or "shared pool") + (f" ({cpus})" if cpus else "") + \
-                    (", split over more NUMA nodes than ranks" if r.get("split") else "")
+                    (", split: a rank's share not whole on one NUMA node" if r.get("split") else "")
                 _say(out, f"{i:>2}. {r['node']:<16} score {r['score']:>2}/10  {placed}  [{r['agent']}]", 2, 21)
             for f in entry["filtered"]:
                 own = ", ".join(f"NUMA {n}: {c}" for n, c in f["free"].items())

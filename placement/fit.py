@@ -510,9 +510,11 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
     tpc = ledger.threads_per_core
     per_numa = tuple((i, -(-n // tpc)) for i, n in enumerate(per_cpus) if n)
     # vLLM binds rank i to the i-th NUMA node of its CPUs, all of them: a rank short of its share there is as slow
-    # as one spread, and TP runs at its slowest rank's pace (the fleet benchmark's 6 + 10 cores for TP=2 of 16).
-    split = span > demand.numa_nodes or (span == demand.numa_nodes and any(
-        cores * demand.numa_nodes * tpc < demand.cpus for _, cores in per_numa))
+    # as one spread, and TP runs at its slowest rank's pace. So each NUMA node must hold whole ranks' shares (the
+    # fleet benchmark's 6 + 10 cores for TP=2 of 16, and 14 + 2 for TP=4 of 16, were splits).
+    share = demand.cpus / (demand.numa_nodes * tpc)  # cores per rank
+    whole = sum(math.floor(cores / share + 1e-9) for _, cores in per_numa)
+    split = span > demand.numa_nodes or whole < demand.numa_nodes
     # One NUMA node per rank first (2..10 by the strategy), then ranks sharing a NUMA node (1), then a split (0).
     score = 0 if split else 1 if span < demand.numa_nodes else \
         max(2, _score(ledger, list(kub.free_cores_of(node, answer.default)), strategy))

@@ -227,6 +227,14 @@ def test_kubelet_static_follows_the_topology_manager_policy() -> None:
     # ...restricted spans the two, and a TP=1 model split over two NUMA nodes ranks below every local placement.
     split = fitmod.fit(kubelet_demand(40), kubelet_ledger([16, 16], "restricted"), 2, "MostAllocated")
     assert split.ok and split.split and split.score == 0 and len(split.per_numa) == 2
+    # vLLM binds rank i to all of the i-th NUMA node's CPUs: a NUMA node must hold whole ranks' shares. TP=4 of 40
+    # CPUs (5 cores a rank) on 4 NUMA nodes of 8 cores: the kubelet gives 4 + 8 + 8 cores on 3 NUMA nodes, which
+    # hold 0 + 1 + 1 shares: split (ranked 0), not ranks sharing NUMA nodes (1).
+    uneven = fitmod.fit(kubelet_demand(40, tp=4), kubelet_ledger([8, 8, 8, 8], "restricted"), 2, "MostAllocated")
+    assert uneven.ok and uneven.split and uneven.score == 0, uneven
+    # TP=2 of 16 CPUs on one NUMA node: its ranks share it with a whole share each (1), neither split nor local.
+    packed = fitmod.fit(kubelet_demand(16, tp=2), kubelet_ledger([16, 16], "restricted"), 2, "MostAllocated")
+    assert packed.ok and not packed.split and packed.score == 1, packed
     # NUMA 0 holds 20 of its 30 free CPUs: a second 20 fits only NUMA 1, and a third no single NUMA node now.
     led = kubelet_ledger([16, 16], "single-numa-node")
     fitmod.place(led, "a", kubelet_demand(20), 2, "MostAllocated")
