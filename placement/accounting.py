@@ -67,6 +67,8 @@ class Record(Protocol):
     def kpod(self) -> kub.KPod | None: ...
     @property
     def phase(self) -> str: ...
+    @property
+    def shared_steps(self) -> tuple[tuple[str, int], ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +216,7 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
     init = rec.init_milli if rec.initializing and not cycled else 0
     if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
         ledger.set_shared(rec.uid, max((milli or 0) + (demand.unpinned_milli if demand else 0), init), balloon,
-                          memory + (demand.memory_bytes if demand else 0))
+                          memory + (demand.memory_bytes if demand else 0), _steps(rec, None))
         ledger.set_initializing(rec.uid, cycled and rec.initializing)
         return
     held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed, unplaced or {}, (milli, memory),
@@ -229,8 +231,14 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
         # and their balloon grows from what the model's balloon left (the plugin did so on a full NUMA node). For
         # native sidecars and containers listed before the model, which start first, the order is a guess; live
         # and rebuilt ledgers use the same one.
-        ledger.set_shared(rec.uid, max(milli or 0, init), balloon, memory)
+        ledger.set_shared(rec.uid, max(milli or 0, init), balloon, memory, _steps(rec, demand.container))
     ledger.set_initializing(rec.uid, cycled and rec.initializing)
+
+
+def _steps(rec: Record, skip: str | None) -> tuple[int, ...]:
+    """The CPU of pod `rec`'s containers in its shared balloon, one by one as they start, less container `skip`
+    (a model container with cores of its own)."""
+    return tuple(milli for name, milli in rec.shared_steps if name != skip)
 
 
 def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: str, fit: Fitter, log: Log,
@@ -246,7 +254,7 @@ def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: s
     if result.footprint is None or result.check in (reasons.BALLOON_TYPE_MISSING, reasons.NRI_NOT_RUNNING):
         # No balloon can exist for it there: it really runs in the shared pool.
         ledger.set_shared(rec.uid, max((others[0] or 0) + demand.unpinned_milli, init), balloon,
-                          others[1] + demand.memory_bytes)
+                          others[1] + demand.memory_bytes, _steps(rec, None))
         return False
     fp = result.footprint
     placed = rec.placed
