@@ -445,8 +445,21 @@ class NodeLedger:
         """A copy of this node as a new pod's init containers, `milli` at most at once in the shared balloon of
         `namespace`, leave it: where its other containers then land."""
         copy = self.scratch()
+        before = copy._grown_cores()
         copy.init_cycle("", namespace, milli)
+        if copy.observed_shared is not None:
+            # Seated where the export says (`seat_shared`), the shared balloons move from there.
+            copy.observed_shared = _clamped([o - b + a for o, b, a in
+                                             zip(copy.observed_shared, before, copy._grown_cores())])
         return copy
+
+    def seat_shared(self, grown: Mapping[str, tuple[int, ...]]) -> None:
+        """The shared balloons hold `grown` (cores per NUMA node beyond the reserved cpuset, by type), as the plugin's
+        export says: where they grow and shrink next starts from there."""
+        if self._resized_as_plugin:
+            self._grown = {name: cores for name, cores in grown.items() if any(cores)}
+            self._free = None
+            self.stamps.take(self.name)
 
     def layout_key(self) -> tuple[Any, ...]:
         """Where the shared balloons sit and what they hold, for keys of what `after_init` reads."""
