@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from placement import fit as fitmod
@@ -67,6 +67,8 @@ class Record(Protocol):
     def kpod(self) -> kub.KPod | None: ...
     @property
     def phase(self) -> str: ...
+    @property
+    def shared_steps(self) -> tuple[tuple[str, int], ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,8 @@ class Observed:
     outside_reserved: tuple[int, ...]  # per NUMA node: cores beyond the reserved cpuset the shared balloons hold
     shared: frozenset[str]  # the balloons of shared types (reserved, default, routed by namespace)
     idle_lent: tuple[int, ...] = ()  # per NUMA node: lent reserved cores no balloon holds
+    # `outside_reserved` by shared balloon type
+    outside_by_type: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def unclaimed(self) -> dict[str, tuple[tuple[int, int], ...]]:
         """The model balloons no exported container zone names: those of pods whose containers the plugin does not
@@ -123,9 +127,10 @@ def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: C
         for core in held:
             holders[core] = holders.get(core, 0) + 1
     reserved_cores = {core_of[c] for c in reserved if c in core_of}
-    outside = [0] * topo.numa_count
+    by_type: dict[str, list[int]] = {}
     for name, held in cores.items():
-        if name.rsplit("[", 1)[0] in shared_types:
+        if (btype := name.rsplit("[", 1)[0]) in shared_types:
+            outside = by_type.setdefault(btype, [0] * topo.numa_count)
             for numa, _ in held - reserved_cores:
                 outside[numa] += 1
     lent_cores = {core_of[c] for c in lent or () if c in core_of} - holders.keys()
@@ -133,9 +138,10 @@ def observed_balloons(nrt: Mapping[str, Any] | None, topo: Topology, reserved: C
         {name: tuple(sorted(count_of(numa for numa, _ in held).items())) for name, held in cores.items()},
         {name: frozenset(c for _, c in held if holders[(_, c)] > 1) for name, held in cores.items()},
         dict(nrt["containers"]),
-        tuple(outside),
+        tuple(sum(column) for column in zip(*by_type.values())) if by_type else (0,) * topo.numa_count,
         frozenset(name for name in cores if name.rsplit("[", 1)[0] in shared_types),
         tuple(sum(1 for numa, _ in lent_cores if numa == n) for n in range(topo.numa_count)) if lent else (),
+        {btype: tuple(outside) for btype, outside in by_type.items()},
     )
 
 
@@ -214,7 +220,7 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
     init = rec.init_milli if rec.initializing and not cycled else 0
     if demand is None or demand.policy not in fitmod.EXCLUSIVE_POLICIES:
         ledger.set_shared(rec.uid, max((milli or 0) + (demand.unpinned_milli if demand else 0), init), balloon,
-                          memory + (demand.memory_bytes if demand else 0))
+                          memory + (demand.memory_bytes if demand else 0), _steps(rec, None))
         ledger.set_initializing(rec.uid, cycled and rec.initializing)
         return
     held = _hold_model(ledger, rec, demand, balloon, fit, log, observed, unclaimed, unplaced or {}, (milli, memory),
@@ -229,8 +235,14 @@ def account(ledger: NodeLedger, rec: Record, fit: Fitter, log: Log, observed: Ob
         # and their balloon grows from what the model's balloon left (the plugin did so on a full NUMA node). For
         # native sidecars and containers listed before the model, which start first, the order is a guess; live
         # and rebuilt ledgers use the same one.
-        ledger.set_shared(rec.uid, max(milli or 0, init), balloon, memory)
+        ledger.set_shared(rec.uid, max(milli or 0, init), balloon, memory, _steps(rec, demand.container))
     ledger.set_initializing(rec.uid, cycled and rec.initializing)
+
+
+def _steps(rec: Record, skip: str | None) -> tuple[int, ...]:
+    """The CPU of pod `rec`'s containers in its shared balloon, one by one as they start, less container `skip`
+    (a model container with cores of its own)."""
+    return tuple(milli for name, milli in rec.shared_steps if name != skip)
 
 
 def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: str, fit: Fitter, log: Log,
@@ -246,7 +258,7 @@ def _hold_model(ledger: NodeLedger, rec: Record, demand: ModelDemand, balloon: s
     if result.footprint is None or result.check in (reasons.BALLOON_TYPE_MISSING, reasons.NRI_NOT_RUNNING):
         # No balloon can exist for it there: it really runs in the shared pool.
         ledger.set_shared(rec.uid, max((others[0] or 0) + demand.unpinned_milli, init), balloon,
-                          others[1] + demand.memory_bytes)
+                          others[1] + demand.memory_bytes, _steps(rec, None))
         return False
     fp = result.footprint
     placed = rec.placed
@@ -407,6 +419,10 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
                                               not exported_where_placed(r, unclaimed), r.created, r.namespace,
                                               r.name)):
         account(ledger, rec, fit, log, observed, unclaimed, unplaced)
+    if observed is not None:
+        # Where the shared balloons are is what the plugin says, whatever the replay grew: the next resize (a new
+        # pod's init containers) moves them from there.
+        ledger.seat_shared(observed.outside_by_type)
     if observed is not None and unclaimed:
         # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
         # still hold their cores.

@@ -39,7 +39,8 @@ class AssumeCache:
         cluster.put(PodRecord(uid, namespace, name, node, "Pending", old.created if old else "", demand,
                               old.shared_milli if old else None, assumed_at=now, priority=old.priority if old else 0,
                               placed=placed, kpod=demand.kpod._replace(uid=uid) if demand.kpod else None,
-                              init_milli=demand.init_milli, initializing=bool(demand.init_milli)))
+                              init_milli=demand.init_milli, initializing=bool(demand.init_milli),
+                              shared_steps=old.shared_steps if old else ()))
         return result
 
     def placement(self, uid: str) -> str | None:

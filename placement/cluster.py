@@ -25,6 +25,7 @@ from placement.demand import (
     pod_init_cpu_milli,
     pod_shared_cpu_milli,
     pod_shared_memory,
+    pod_shared_steps,
     read_model_pod,
     routed_containers,
 )
@@ -106,6 +107,8 @@ class PodRecord(NamedTuple):
     initializing: bool = False
     # status.startTime set: its node's kubelet admitted it (its containers may still be pulling images, in Pending)
     started: bool = False
+    # Its containers that run for its life, in the kubelet's order, with their CPU (`pod_shared_steps`; () for one)
+    shared_steps: tuple[tuple[str, int], ...] = ()
 
     @property
     def active(self) -> bool:
@@ -353,6 +356,7 @@ class ClusterState:
             placed, bool(meta.get("deletionTimestamp")), kubelet_pod(str(uid), spec),
             routed_containers(meta.get("annotations"), spec) if model is None else (),
             pod_init_cpu_milli(spec), initializing(obj), bool((obj.get("status") or {}).get("startTime")),
+            pod_shared_steps(spec),
         )
 
     # -- the pod index and incremental accounting ---------------------------------------------------

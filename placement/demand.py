@@ -477,6 +477,19 @@ def pod_shared_cpu_milli(spec: Mapping[str, Any], skip: str | None = None, initi
     return max(apps + sidecars, pod_init_cpu_milli(spec)) if initializing else apps + sidecars
 
 
+def pod_shared_steps(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """Each container that runs for the pod's life (native sidecars, then app containers: the order the kubelet
+    starts them in), by name, with its CPU request as a shared balloon counts it; () when there is only one. The
+    balloons plugin grows a shared balloon container by container, each time to the CPUs all of its containers
+    request, and where each growth goes depends on what was free then."""
+    out: list[tuple[str, int]] = []
+    for section, sidecars in (("initContainers", True), ("containers", False)):
+        for c in spec.get(section) or ():
+            if isinstance(c, _MAPPING) and (not sidecars or c.get("restartPolicy") == "Always"):
+                out.append((str(c.get("name", "")), _shared_request(c)))
+    return tuple(out) if len(out) > 1 else ()
+
+
 def pod_init_cpu_milli(spec: Mapping[str, Any]) -> int:
     """The most CPU a pod's containers request at once while its regular init containers run: each of those with the
     native sidecars started before it (they run one at a time, in order, before any app container). 0: none."""

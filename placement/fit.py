@@ -221,7 +221,7 @@ def plan_key(demand: ModelDemand, ledger: NodeLedger) -> tuple[Any, ...]:
     (tests/test_ledger_fit.py holds this to `fit` itself), so the extender answers nodes of one class with one
     `plan` and one `finish`. Kept here, beside `fit`, so that a new input is added to both."""
     key: tuple[Any, ...] = (ledger.free(), ledger.unsettled > 0, ledger.lends_reserved and ledger.unlent_free(),
-                            ledger.guessed, ledger.free_paired())
+                            ledger.guessed, ledger.free_paired(), ledger.free_threads())
     if demand.policy == "nri-balloons":
         btype = _balloon_type(demand, ledger)
         # Whose next balloon depends on how many there are: maxBalloons, or filled before a new one is made.
@@ -416,23 +416,21 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
             elsewhere = unsure - ledger.guessed[i]
             if elsewhere and cores + elsewhere > (unlent or free)[i]:
                 return _refuse(node, reasons.SharedUnseen(i, elsewhere), True, fp)
-    paired = ledger.free_paired()
-    if paired is not None:
-        other = nri.place(policy, empty.step, paired, ledger.instances,
-                          ledger.unlent_paired(paired) if unlent is not None else None)
-        if not isinstance(other, nri.Plan) or other.per_numa != placed.per_numa:
-            instead = tuple(n for n, _ in other.per_numa) if isinstance(other, nri.Plan) and \
-                len(other.per_numa) == span else ()
-            return _refuse(node, reasons.PackagesUnseen(tuple(n for n, _ in placed.per_numa), instead), True, fp)
+    # The shared balloons as they may sit instead: their NUMA nodes on two packages, their growth counted in CPUs.
+    for other_free, unlent_in, unseen in ((ledger.free_paired(), ledger.unlent_paired, reasons.PackagesUnseen),
+                                          (ledger.free_threads(), ledger.unlent_threads, reasons.ThreadsUnseen)):
+        if other_free is not None:
+            instead = _elsewhere(policy, empty.step, other_free, ledger.instances,
+                                 unlent_in(other_free) if unlent is not None else None, placed)
+            if instead is not None:
+                return _refuse(node, unseen(tuple(n for n, _ in placed.per_numa), instead), True, fp)
     if ledger.leaving:
         # Terminating pods' cores stay held, but the plugin may already have freed them and dropped their balloons,
         # which changes the counts balance-balloons reads and the NUMA node the plugin picks: both must agree.
         settled = ledger.without_leaving()
-        other = nri.place(policy, empty.step, settled.free(), settled.instances,
-                          settled.unlent_free() if unlent is not None else None)
-        if not isinstance(other, nri.Plan) or other.per_numa != placed.per_numa:
-            instead = tuple(n for n, _ in other.per_numa) if isinstance(other, nri.Plan) and \
-                len(other.per_numa) == span else ()
+        instead = _elsewhere(policy, empty.step, settled.free(), settled.instances,
+                             settled.unlent_free() if unlent is not None else None, placed)
+        if instead is not None:
             return _refuse(node, reasons.PodLeaving(tuple(n for n, _ in placed.per_numa), instead), True, fp)
     if unlent is not None:
         # The plugin takes lent reserved CPUs last and, once it needs some, by hints that may pick them on another
@@ -457,6 +455,17 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
     # With memory to pin, `finish` scores it: the score weighs the node's free memory too.
     score = 0 if memory else _score(ledger, after, strategy)
     return Fit(node, None, True, placed.per_numa, score, fp, placed.types, memory, ledger.unsettled > 0)
+
+
+def _elsewhere(policy: BalloonsPolicy, step: nri.Step, free: tuple[int, ...], instances: Mapping[str, int],
+               unlent: tuple[int, ...] | None, placed: nri.Plan) -> tuple[int, ...] | None:
+    """None when the plugin, on a node of `free` cores per NUMA node, puts the balloon where `placed` has it; else
+    the NUMA nodes it puts it on instead, () when not one per rank."""
+    other = nri.place(policy, step, free, instances, unlent)
+    if isinstance(other, nri.Plan) and other.per_numa == placed.per_numa:
+        return None
+    return tuple(n for n, _ in other.per_numa) if isinstance(other, nri.Plan) and \
+        len(other.per_numa) == len(placed.per_numa) else ()
 
 
 @lru_cache(maxsize=4096)

@@ -31,8 +31,9 @@ from collections.abc import Iterable, Sequence
 def grow(grown: Sequence[int], free: Sequence[int], delta: int, *, close: int | None = None,
          far: Sequence[int] = (), base: Sequence[int] = (), balancing: bool = False,
          packages: Sequence[int] = ()) -> tuple[int, ...]:
-    """`grown` (cores per NUMA node beyond `base`, the balloon's own reserved cores) after `delta` more cores,
-    taken from `free`. `close` is the NUMA node the type prefers; `far`, in order, the ones others prefer."""
+    """`grown` (cores per NUMA node beyond `base`, the balloon's own reserved cores; or CPUs, as the ledger also
+    counts them: `NodeLedger._threads`) after `delta` more, taken from `free`. `close` is the NUMA node the type
+    prefers; `far`, in order, the ones others prefer."""
     numa = range(len(free))
     pkg = packages or tuple(numa)
     held = [g + (base[i] if i < len(base) else 0) for i, g in enumerate(grown)]
@@ -67,7 +68,7 @@ def grow(grown: Sequence[int], free: Sequence[int], delta: int, *, close: int | 
 
 def shrink(grown: Sequence[int], free: Sequence[int], delta: int, *, base: Sequence[int] = (),
            packages: Sequence[int] = ()) -> tuple[int, ...]:
-    """`grown` after `delta` fewer cores, released one at a time."""
+    """`grown` after `delta` fewer cores (or CPUs), released one at a time."""
     out, room = list(grown), list(free)
     numa = range(len(out))
     pkg = packages or tuple(numa)

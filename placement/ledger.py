@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Collection, Container, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -206,6 +206,15 @@ class NodeLedger:
     # `free_paired`'s answer, with the `free()` it was computed beside: every change that moves it makes `free()` anew
     # (fit reads it twice per node, in the plan key and in the plan)
     _paired_free: tuple[tuple[int, ...], tuple[int, ...] | None] | None = field(init=False, default=None)
+    # Where they have grown counted in CPUs, container by container, as the plugin resizes them (a core any CPU of
+    # which a balloon holds is no model core; an odd CPU leaves its sibling free for the next growth, which may go
+    # elsewhere): kept beside `_grown` on a node of SMT whose shared balloons grow resize by resize. `_grown`, in
+    # whole cores per pod, is what a ledger replayed from a list holds alike (the CPU-level history of pods gone
+    # since is not in a list); the oracle saw the plugin follow this one on live nodes, a model balloon admitted by
+    # `_grown` alone spread over two NUMA nodes. `fit` admits a balloon only where both put it (`free_threads`).
+    _threads: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
+    _keeps_threads: bool = field(init=False, default=False)
+    _threads_free: tuple[tuple[int, ...], tuple[int, ...] | None] | None = field(init=False, default=None)
     # Where they follow the plugin resize by resize, the pods whose init containers grew a shared balloon and shrank
     # it back (`init_cycle`, once per pod), each with the cores per NUMA node they hold beyond that while they run;
     # and the pods whose init containers run now, whose cores are those.
@@ -272,6 +281,7 @@ class NodeLedger:
         numa_count = self.topology.numa_count
         if numa_count >= 4 and numa_count % 2 == 0 and self._resized_as_plugin:
             self._packages = tuple(i * 2 // numa_count for i in range(numa_count))
+        self._keeps_threads = self.topology.threads_per_core > 1 and self._resized_as_plugin
         self.capacity = tuple(len(numa.cores) - r + lent
                               for numa, r, lent in zip(self.topology.numa_nodes, reserved_cores, self._lent))
         self.capacity_total = sum(self.capacity)
@@ -319,6 +329,7 @@ class NodeLedger:
         (issue 39: 6.5 µs a node, 3 ms of a new model's first /filter of 500 nodes)."""
         self.free()
         self.free_paired()
+        self.free_threads()
         self.free_memory()
         self._instance_key = self.instance_key  # the property keeps what it computes; said so for the linter
 
@@ -354,14 +365,27 @@ class NodeLedger:
         """`free()` if the node's NUMA nodes sit on two packages (see `_paired`); None where no such doubt is kept."""
         if not self._packages or self.observed_shared is not None:
             return None
-        now = self.free()
-        known = self._paired_free
-        if known is not None and known[0] is now:
-            return known[1]
-        free = self._less_init(self._spill(self._avail, self._paired))
-        answer = free if free != now else None
-        self._paired_free = (now, answer)
+        self._paired_free, answer = self._free_in(self._paired, 1, self._paired_free)
         return answer
+
+    def free_threads(self) -> tuple[int, ...] | None:
+        """`free()` if the shared balloons grew as `_threads` counts them; None where it agrees or is not kept."""
+        if not self._keeps_threads or self.observed_shared is not None:
+            return None
+        self._threads_free, answer = self._free_in(self._threads, self.threads_per_core, self._threads_free)
+        return answer
+
+    def _free_in(self, grown: Mapping[str, tuple[int, ...]], unit: int,
+                 known: tuple[tuple[int, ...], tuple[int, ...] | None] | None
+                 ) -> tuple[tuple[tuple[int, ...], tuple[int, ...] | None], tuple[int, ...] | None]:
+        """Free cores per NUMA node with the shared balloons as `grown` holds them (in `unit`s per core), or None
+        where that is `free()`; with what to keep beside the `free()` it was computed from (`known`, the last)."""
+        now = self.free()
+        if known is not None and known[0] is now:
+            return known, known[1]
+        free = self._less_init(self._spill(self._avail, grown, unit))
+        answer = free if free != now else None
+        return (now, answer), answer
 
     def _less_init(self, free: tuple[int, ...]) -> tuple[int, ...]:
         """`free` less the cores of init containers that run now (see `_cycled`)."""
@@ -399,7 +423,7 @@ class NodeLedger:
         return True
 
     def _grown_cores(self) -> tuple[int, ...]:
-        return tuple(sum(g[i] for g in self._grown.values()) for i in range(len(self.capacity)))
+        return tuple(self._cores_of(self._grown))
 
     def set_initializing(self, uid: str, running: bool) -> None:
         """Whether pod `uid`'s init containers run now (their cores, `_cycled`, are then not free)."""
@@ -421,20 +445,52 @@ class NodeLedger:
         """A copy of this node as a new pod's init containers, `milli` at most at once in the shared balloon of
         `namespace`, leave it: where its other containers then land."""
         copy = self.scratch()
+        before = copy._grown_cores()
         copy.init_cycle("", namespace, milli)
+        if copy.observed_shared is not None:
+            # Seated where the export says (`seat_shared`), the shared balloons move from there.
+            copy.observed_shared = _clamped([o - b + a for o, b, a in
+                                             zip(copy.observed_shared, before, copy._grown_cores())])
         return copy
+
+    def seat_shared(self, grown: Mapping[str, tuple[int, ...]]) -> None:
+        """The shared balloons hold `grown` (cores per NUMA node beyond the reserved cpuset, by type), as the plugin's
+        export says: where they grow and shrink next starts from there."""
+        if self._resized_as_plugin:
+            self._grown = {name: cores for name, cores in grown.items() if any(cores)}
+            self._free = None
+            self.stamps.take(self.name)
 
     def layout_key(self) -> tuple[Any, ...]:
         """Where the shared balloons sit and what they hold, for keys of what `after_init` reads."""
         return (tuple(sorted(self._grown.items())), tuple(sorted(self._paired.items())),
+                tuple(sorted(self._threads.items())),
                 tuple(sorted(self._shared_by_type.items())))
 
     def unlent_paired(self, free: Sequence[int]) -> tuple[int, ...]:
         """`unlent_free` on the two-package layout, whose free cores are `free` (`free_paired`)."""
-        return tuple(self._unlent(free, self._paired.get(RESERVED_TYPE) or ()))
+        return tuple(self._unlent(free, self._reserved_cores(self._paired, 1)))
 
-    def _spill(self, avail: Sequence[int], grown: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
-        return _clamped([a - sum(g[i] for g in grown.values()) for i, a in enumerate(avail)])
+    def unlent_threads(self, free: Sequence[int]) -> tuple[int, ...]:
+        """`unlent_free` on the layout counted in CPUs, whose free cores are `free` (`free_threads`)."""
+        return tuple(self._unlent(free, self._reserved_cores(self._threads, self.threads_per_core)))
+
+    def _spill(self, avail: Sequence[int], grown: Mapping[str, tuple[int, ...]], unit: int = 1) -> tuple[int, ...]:
+        return _clamped([a - h for a, h in zip(avail, self._cores_of(grown, unit))])
+
+    def _cores_of(self, grown: Mapping[str, tuple[int, ...]], unit: int = 1) -> list[int]:
+        """Per NUMA node, the cores the shared balloons of `grown` hold, counted there in `unit`s per core (1: cores;
+        the threads per core: CPUs, where a balloon's odd CPU takes a core of its own)."""
+        out = [0] * len(self.capacity)
+        for g in grown.values():
+            for i, held in enumerate(g):
+                out[i] += -(-held // unit)
+        return out
+
+    def _reserved_cores(self, grown: Mapping[str, tuple[int, ...]], unit: int) -> tuple[int, ...]:
+        """Cores per NUMA node the reserved balloon has grown into (`grown` counts `unit`s); () when it has not."""
+        held = grown.get(RESERVED_TYPE)
+        return tuple(self._cores_of({RESERVED_TYPE: held}, unit)) if held else ()
 
     def unlent_free(self) -> tuple[int, ...]:
         """Free model cores per NUMA node that are not reserved cores the policy lends: every other balloon takes
@@ -442,7 +498,7 @@ class NodeLedger:
         free = self.free()
         if self.observed_shared is not None and self.observed_idle_lent is not None:
             return tuple(f - min(idle, f) for f, idle in zip(free, self.observed_idle_lent))
-        return tuple(self._unlent(free, self._grown.get(RESERVED_TYPE) or self._lent_held))
+        return tuple(self._unlent(free, self._reserved_cores(self._grown, 1) or self._lent_held))
 
     def _unlent(self, free: Sequence[int], held: Sequence[int]) -> list[int]:
         return [f - i for f, i in zip(free, self._idle_lent(free, held))]
@@ -535,14 +591,17 @@ class NodeLedger:
     def shared_growth(self, namespace: str, milli: int, containers: bool = False) -> int:
         """Cores the balloon a pod's unannotated containers land in (by `namespace`) grows by when they add
         `milli`: what a model pod's sidecars take beside its ranks. `containers`: there are some even at 0 milli,
-        and an empty balloon grows to a CPU for them."""
+        and an empty balloon grows to a CPU for them. In CPUs, as the plugin grows it: an odd CPU's sibling is not
+        counted as room, for another balloon may hold it (group 1416 stream 4160002: a default balloon of 113 CPUs
+        beside a reserved one of 1 on a 57-core node, and a container of 1 CPU failed there)."""
         policy = self.nri.policy
         if not (milli or containers) or policy is None or not self.nri.running:
             return 0
         btype = policy.route(namespace)
         now = self._shared_by_type.get(btype.name)
-        return max(0, self._shared_cores(btype, (now or 0) + milli)
-                   - (self._shared_cores(btype, now) if now is not None else 0))
+        cpus = shared_balloon_cpus(btype, (now or 0) + milli, self._kept_cpus)
+        was = shared_balloon_cpus(btype, now, self._kept_cpus) if now is not None else 0
+        return max(0, -(-(cpus - was) // self.threads_per_core))
 
     def shared_cores(self, namespace: str, milli: int) -> int:
         """Cores the balloon of `namespace`'s unannotated containers takes beyond the reserved cpuset when they
@@ -557,45 +616,59 @@ class NodeLedger:
 
     def _resize_shared(self, balloon: str) -> None:
         """Grow or shrink shared balloon type `balloon` to what its containers request now, where the plugin
-        would: from what is free at this moment (and so on the two-package layout, where one is kept)."""
+        would: from what is free at this moment (and so on the two-package layout and in CPUs, where kept)."""
         policy = self.nri.policy
         if policy is None or not self._resized_as_plugin:
             return
         self._free = None
         if self._packages:
             self._resize_in(self._paired, self._spill(self._avail, self._paired), balloon, policy, self._packages)
+        if self._keeps_threads:
+            self._resize_threads(balloon, policy)
         self._resize_in(self._grown, self.free(), balloon, policy, ())
         self._free = None
 
+    def _resize_threads(self, balloon: str, policy: BalloonsPolicy) -> None:
+        t = self.threads_per_core
+        self._resize_in(self._threads, self._spill(self._avail, self._threads, t), balloon, policy, (), t)
+
     def _resize_in(self, grown_by_type: dict[str, tuple[int, ...]], free: tuple[int, ...], balloon: str,
-                   policy: BalloonsPolicy, packages: tuple[int, ...]) -> None:
+                   policy: BalloonsPolicy, packages: tuple[int, ...], unit: int = 1) -> None:
+        """Resize `balloon` in `grown_by_type` (`unit`s per NUMA node: 1 per core, or the threads per core to count
+        CPUs as the plugin does), whose layout leaves `free` model cores per NUMA node. In CPUs, a free CPU is a free
+        core's thread or the idle sibling of a shared balloon's odd CPU, which the plugin takes like any other."""
         btype = policy.route_type(balloon)
         milli = self._shared_by_type.get(balloon)
         want = 0 if milli is None else \
-            math.ceil(shared_balloon_cpus(btype, milli, self._kept_cpus) / self.threads_per_core)
+            -(-shared_balloon_cpus(btype, milli, self._kept_cpus) // (self.threads_per_core // unit))
         grown = grown_by_type.get(balloon, (0,) * len(self.capacity))
         reserved = btype.name == RESERVED_TYPE
-        base = tuple(len(n.cores) - c for n, c in zip(self.topology.numa_nodes, self.capacity)) \
+        base = tuple(len(self.reserved & n.cpus) if unit > 1 else len(n.cores) - c
+                     for n, c in zip(self.topology.numa_nodes, self.capacity)) \
             if reserved and not self.lends_reserved else ()
+        held = self._cores_of(grown_by_type, unit)
+        room = tuple((f + h) * unit - sum(g[i] for g in grown_by_type.values())
+                     for i, (f, h) in enumerate(zip(free, held)))
         delta = want - sum(grown)
         if delta > 0:
-            far = tuple(dict.fromkeys(t.close_numa for t in policy.balloon_types
-                                      if t.close_numa is not None and t.close_numa != btype.close_numa))
-            if reserved and self.lends_reserved:
-                # It prefers the reserved cpuset, which every other balloon takes last: first the reserved cores
-                # still free, by the same rules, then the rest.
-                idle = self._idle_lent(free, grown)
-                first = min(delta, sum(idle))
-                if first:
-                    before = grown
-                    grown = inflation.grow(grown, idle, first, far=far, balancing=policy.topology_balancing,
-                                           packages=packages)
-                    free = tuple(f - (g - b) for f, g, b in zip(free, grown, before))
-                    delta -= first
-            elif self.lends_reserved:
-                free = tuple(self._lent_last(free, grown_by_type.get(RESERVED_TYPE) or (), delta))
+            far = tuple(dict.fromkeys(b.close_numa for b in policy.balloon_types
+                                      if b.close_numa is not None and b.close_numa != btype.close_numa))
+            if self.lends_reserved:
+                # The reserved balloon prefers the reserved cpuset, which every other balloon takes last.
+                lent = [i * unit for i in self._idle_lent(free, self._reserved_cores(grown_by_type, unit))]
+                if reserved:
+                    # First the reserved cores still free, by the same rules, then the rest.
+                    first = min(delta, sum(lent))
+                    if first:
+                        before = grown
+                        grown = inflation.grow(grown, lent, first, far=far, balancing=policy.topology_balancing,
+                                               packages=packages)
+                        room = tuple(r - (g - b) for r, g, b in zip(room, grown, before))
+                        delta -= first
+                elif sum(room) - sum(lent) >= delta:
+                    room = tuple(r - i for r, i in zip(room, lent))
             if delta:
-                grown = inflation.grow(grown, free, delta, close=btype.close_numa, far=far, base=base,
+                grown = inflation.grow(grown, room, delta, close=btype.close_numa, far=far, base=base,
                                        balancing=policy.topology_balancing, packages=packages)
             short = want - sum(grown)
             if short > 0:
@@ -604,7 +677,7 @@ class NodeLedger:
                 most = max(range(len(grown)), key=lambda i: (grown[i], -i))
                 grown = tuple(g + short if i == most else g for i, g in enumerate(grown))
         elif delta < 0:
-            grown = inflation.shrink(grown, free, -delta, base=base, packages=packages)
+            grown = inflation.shrink(grown, room, -delta, base=base, packages=packages)
         if any(grown):
             grown_by_type[balloon] = grown
         else:
@@ -705,11 +778,14 @@ class NodeLedger:
         self.stamps.take(self.name)
         return holding
 
-    def set_shared(self, uid: str, milli: int, balloon: str = "", memory: int = 0) -> None:
+    def set_shared(self, uid: str, milli: int, balloon: str = "", memory: int = 0, steps: Sequence[int] = ()) -> None:
         """Containers of pod `uid` that hold no exclusive cores: `milli` CPU and `memory` bytes requested in
         balloon type `balloon` (the one they are routed to; "" off NRI). A pod with only best-effort containers
-        still puts them in a balloon, so it is recorded even at 0 millicores."""
+        still puts them in a balloon, so it is recorded even at 0 millicores. `steps`: each container's CPU in the
+        order they start, when there are several: the plugin grows the balloon for each in turn (`_threads`)."""
         was = self._unshare(uid)
+        if was is None and len(steps) > 1 and self._keeps_threads:
+            self._grow_through(balloon, itertools.accumulate(steps[:-1]), milli)
         if memory:
             self._shared_memory[uid] = memory
             self._shared_memory_total += memory
@@ -722,6 +798,22 @@ class NodeLedger:
         self._resize_shared(balloon)
         self._free = self._free_memory = None
         self.stamps.take(self.name)
+
+    def _grow_through(self, balloon: str, sums: Iterable[int], milli: int) -> None:
+        """Resize `balloon` in `_threads` as a pod's containers join it one by one, `sums` being what they request
+        together after each but the last, which brings them to `milli`."""
+        policy = self.nri.policy
+        assert policy is not None
+        was = self._shared_by_type.get(balloon)
+        for part in sums:
+            if part >= milli:
+                break
+            self._shared_by_type[balloon] = (was or 0) + part
+            self._resize_threads(balloon, policy)
+        if was is None:
+            self._shared_by_type.pop(balloon, None)
+        else:
+            self._shared_by_type[balloon] = was
 
     def drop_shared(self, uid: str) -> None:
         self._kubelet_remove(uid)
@@ -810,6 +902,7 @@ class NodeLedger:
         copy._shared_memory, copy._shared_memory_total = dict(self._shared_memory), self._shared_memory_total
         copy._grown = dict(self._grown)
         copy._paired = dict(self._paired)
+        copy._threads = dict(self._threads)
         copy._cycled, copy._initializing = dict(self._cycled), set(self._initializing)
         return copy
 

@@ -401,6 +401,22 @@ class PackagesUnseen(NamedTuple):
                 "read the plugin's NodeResourceTopology")
 
 
+class ThreadsUnseen(NamedTuple):
+    """The shared balloons' growth counted in whole cores per pod and in CPUs container by container disagree."""
+
+    numa: tuple[int, ...]  # where the plugin puts it if the shared balloons hold whole cores
+    threads: tuple[int, ...]  # where it puts it as they grew CPU by CPU; () when it could not be NUMA-local
+
+    check: str = SHARED_UNSEEN
+
+    def text(self) -> str:
+        where = _numa_nodes(self.threads) if self.threads else "no NUMA node per rank"
+        return (f"the balloons plugin would put it on {_numa_nodes(self.numa)} if the shared balloons held whole "
+                f"cores, and on {where} as they grew CPU by CPU, container by container: an odd CPU leaves half a "
+                "core, and the next growth may go to another NUMA node; let the extender read the plugin's "
+                "NodeResourceTopology")
+
+
 class SidecarsNoRoom(NamedTuple):
     shared_milli: int  # the other containers' CPU
     grows: int  # cores the shared balloon grows by
@@ -504,7 +520,7 @@ Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma
           | MemoryExceedsNuma | TypeSpansFewer | MaxBalloons | SharesBalloon | RanksCrowded
           | PlacementUnknown | MemoryPlacementUnknown | KubeletOrder | KubeletFreeing | PodLeaving | ReservedLent
           | SharedUnseen
-          | PackagesUnseen | SidecarsNoRoom | InitNoRoom | InitExceedsNode | NoFreeMemory
+          | PackagesUnseen | ThreadsUnseen | SidecarsNoRoom | InitNoRoom | InitExceedsNode | NoFreeMemory
           | PoolTaken | Unsettled | UnknownNode | AlreadyBound | NotKubeletNode | NotPinned | KubeletRejects)
 
 

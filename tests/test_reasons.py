@@ -89,6 +89,10 @@ CASES: list[tuple[r.Reason, str, str]] = [
      "the balloons plugin would put it on NUMA node 0 if this node's NUMA nodes sit on one package, or one package "
      "each, and on NUMA node 1 if they sit on two: the shared balloons grew and shrank where the packages decide, and "
      "nothing says which NUMA nodes share one; let the extender read the plugin's NodeResourceTopology"),
+    (r.ThreadsUnseen((0,), ()), r.SHARED_UNSEEN,
+     "the balloons plugin would put it on NUMA node 0 if the shared balloons held whole cores, and on no NUMA node "
+     "per rank as they grew CPU by CPU, container by container: an odd CPU leaves half a core, and the next growth "
+     "may go to another NUMA node; let the extender read the plugin's NodeResourceTopology"),
     (r.SidecarsNoRoom(1500, 2, 1), r.INSUFFICIENT_FREE,
      "its other containers (cpu: 1500m together) grow the shared balloon they land in by 2 cores, and beside its "
      "ranks 1 would be free"),

@@ -166,6 +166,9 @@ class Node:
     def __init__(self, plugin: BalloonsPeer, group: Group, spec: dict[str, Any] | None = None) -> None:
         self.plugin, self.group, self.shape, self.spec = plugin, group, group.shape, spec
         self.cluster = ClusterState.from_objects(node_objects(group, spec), SETTINGS)
+        # Built now, empty, so that it follows every pod as it comes (one built on first read from the pods listed
+        # then would be a ledger rebuilt from a list, which does not know their history).
+        self.cluster.ledger(NODE)
         self.pods: dict[str, tuple[dict[str, Any], PodRun]] = {}
         self.left: set[str] = set()  # pods whose containers are gone while their objects stay (`leave`)
 
