@@ -512,22 +512,33 @@ def _fit_kubelet(demand: ModelDemand, ledger: NodeLedger, name: str, fp: Footpri
     gone = _freed_first(node, state, pod, answer, ledger.kubelet_leaving)
     if gone is not None:
         return _refuse(name, reasons.KubeletFreeing(gone), True, fp)
-    model = answer.cpus.get(demand.container, 0)
-    m = node.machine
-    per_cpus = m.per_numa(model)
-    span = sum(1 for n in per_cpus if n)
     tpc = ledger.threads_per_core
-    per_numa = tuple((i, -(-n // tpc)) for i, n in enumerate(per_cpus) if n)
-    # vLLM binds rank i to the i-th NUMA node of its CPUs, all of them: a rank short of its share there is as slow
-    # as one spread, and TP runs at its slowest rank's pace. So each NUMA node must hold whole ranks' shares (the
-    # fleet benchmark's 6 + 10 cores for TP=2 of 16, and 14 + 2 for TP=4 of 16, were splits).
-    share = demand.cpus / (demand.numa_nodes * tpc)  # cores per rank
-    whole = sum(math.floor(cores / share + 1e-9) for _, cores in per_numa)
-    split = span > demand.numa_nodes or whole < demand.numa_nodes
+    per_numa, split = _spread(node, answer, demand, tpc)
+    if split and node.config.topology_policy in kub.ALIGNING and isinstance(empty, kub.Admitted):
+        alone, split_alone = _spread(node, empty, demand, tpc)
+        if not split_alone:
+            # The operator asked this node for alignment; under pod scope the other containers can take the pod
+            # past one NUMA node and leave the model split. With room it keeps each rank local: wait for that.
+            return _refuse(name, reasons.KubeletSplits(node.config.describe(), per_numa, alone,
+                                                       demand.rank_count), True, fp)
+    span = len(per_numa)
     # One NUMA node per rank first (2..10 by the strategy), then ranks sharing a NUMA node (1), then a split (0).
     score = 0 if split else 1 if span < demand.numa_nodes else \
         max(2, _score(ledger, list(kub.free_cores_of(node, answer.default)), strategy))
     return Fit(name, None, True, per_numa, score, fp, admitted=answer, split=split)
+
+
+def _spread(node: kub.KubeletNode, answer: kub.Admitted, demand: ModelDemand, tpc: int
+            ) -> tuple[tuple[tuple[int, int], ...], bool]:
+    """The model container's cores per NUMA node where the kubelet puts it, and whether that splits the model.
+    vLLM binds rank i to the i-th NUMA node of its CPUs, all of them: a rank short of its share there is as slow
+    as one spread, and TP runs at its slowest rank's pace. So each NUMA node must hold whole ranks' shares (the
+    fleet benchmark's 6 + 10 cores for TP=2 of 16, and 14 + 2 for TP=4 of 16, were splits)."""
+    per_numa = tuple((i, -(-n // tpc)) for i, n in enumerate(node.machine.per_numa(
+        answer.cpus.get(demand.container, 0))) if n)
+    share = demand.cpus / (demand.numa_nodes * tpc)  # cores per rank
+    whole = sum(math.floor(cores / share + 1e-9) for _, cores in per_numa)
+    return per_numa, len(per_numa) > demand.numa_nodes or whole < demand.numa_nodes
 
 
 def _overtaken(node: kub.KubeletNode, state: kub.KState, pod: kub.KPod, answer: kub.Admitted,

@@ -33,6 +33,7 @@ from placement.topology import CPUSet, Topology
 
 NONE, BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE = "none", "best-effort", "restricted", "single-numa-node"
 TOPOLOGY_POLICIES = (NONE, BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE)
+ALIGNING = (RESTRICTED, SINGLE_NUMA_NODE)  # the policies that reject a pod they cannot align
 CONTAINER, POD = "container", "pod"
 FULL_PCPUS_ONLY = "full-pcpus-only"
 DISTRIBUTE_ACROSS_NUMA = "distribute-cpus-across-numa"

@@ -331,6 +331,26 @@ class KubeletFreeing(NamedTuple):
                 "reaches it decides this one's CPUs; judged again once it is gone")
 
 
+class KubeletSplits(NamedTuple):
+    """kubelet-static, restricted or single-numa-node: what runs here would make the kubelet split the model (under
+    pod scope the other containers can take the pod past one NUMA node), where with room it keeps it local."""
+
+    config: str  # the node's Topology Manager policy and scope
+    now: tuple[tuple[int, int], ...]  # (NUMA node, cores) the model would get now
+    alone: tuple[tuple[int, int], ...]  # and on this node empty
+    ranks: str  # "1 rank", "2 ranks"
+
+    check: str = INSUFFICIENT_FREE
+
+    def text(self) -> str:
+        def cores(spread: tuple[tuple[int, int], ...]) -> str:
+            return ", ".join(f"NUMA {i}: {c}" for i, c in spread)
+
+        return (f"the kubelet ({self.config}) would run the model split now (cores {cores(self.now)} for its "
+                f"{self.ranks}), where with room it keeps each rank on a NUMA node of its own ({cores(self.alone)}); "
+                "a node that aligns waits for room rather than split it")
+
+
 class MemoryPlacementUnknown(NamedTuple):
     """kubelet-static, Static Memory Manager: pods of unknown placement hold memory where the node's
     NodeResourceTopology says it is not where they were replayed."""
@@ -518,8 +538,8 @@ class AlreadyBound(NamedTuple):
 Reason = (TypeCapped | ComponentMissing | PreferredNumaMissing | NoRoomOnOneNuma | TpExceedsNuma | NoCpu
           | NoBalloonsPolicy | NriNotRunning | BalloonTypeUndefined | RequestOverShares | ExceedsEmptyNode
           | MemoryExceedsNuma | TypeSpansFewer | MaxBalloons | SharesBalloon | RanksCrowded
-          | PlacementUnknown | MemoryPlacementUnknown | KubeletOrder | KubeletFreeing | PodLeaving | ReservedLent
-          | SharedUnseen
+          | PlacementUnknown | MemoryPlacementUnknown | KubeletOrder | KubeletFreeing | KubeletSplits | PodLeaving
+          | ReservedLent | SharedUnseen
           | PackagesUnseen | ThreadsUnseen | SidecarsNoRoom | InitNoRoom | InitExceedsNode | NoFreeMemory
           | PoolTaken | Unsettled | UnknownNode | AlreadyBound | NotKubeletNode | NotPinned | KubeletRejects)
 

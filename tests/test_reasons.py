@@ -66,6 +66,11 @@ CASES: list[tuple[r.Reason, str, str]] = [
     (r.KubeletFreeing("llm/b"), r.KUBELET_REJECTS,
      "pod llm/b is terminating here, and whether the kubelet has freed its CPUs when this one reaches it decides "
      "this one's CPUs; judged again once it is gone"),
+    (r.KubeletSplits("Topology Manager restricted, scope pod", ((0, 12), (3, 4)), ((1, 16),), "1 rank"),
+     r.INSUFFICIENT_FREE,
+     "the kubelet (Topology Manager restricted, scope pod) would run the model split now (cores NUMA 0: 12, NUMA 3: 4 "
+     "for its 1 rank), where with room it keeps each rank on a NUMA node of its own (NUMA 1: 16); a node that aligns "
+     "waits for room rather than split it"),
     (r.MemoryPlacementUnknown(2), r.PLACEMENT_UNKNOWN,
      "the kubelet's Static Memory Manager holds memory of 2 pods with no recorded placement, not where they were "
      "replayed (the node's NodeResourceTopology says so): which NUMA nodes it would give this pod is unknown; judged "
