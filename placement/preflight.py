@@ -221,7 +221,7 @@ def _ranks_note(demand: ModelDemand, first: fitmod.Fit, spec: Mapping[str, Any],
         change = ("use model-manager.io/cpu-policy: nri-balloons (a balloon per rank), or lower the ranks in this pod "
                   "(tensor-parallel-size / data-parallel-size)")
     elif span == demand.numa_nodes:
-        cores = ", ".join(f"NUMA {i}: {c}" for i, c in first.per_numa)
+        cores = reasons.numa_cores(first.per_numa)
         effect = (f"its CPUs span {span} NUMA nodes for {ranks} unevenly (cores {cores}), so vLLM's default binding "
                   "(VLLM_CPU_OMP_THREADS_BIND=auto, all of the i-th NUMA node's CPUs for rank i) gives a rank less "
                   "than its share, and the model runs at that rank's pace")

@@ -343,12 +343,9 @@ class KubeletSplits(NamedTuple):
     check: str = INSUFFICIENT_FREE
 
     def text(self) -> str:
-        def cores(spread: tuple[tuple[int, int], ...]) -> str:
-            return ", ".join(f"NUMA {i}: {c}" for i, c in spread)
-
-        return (f"the kubelet ({self.config}) would run the model split now (cores {cores(self.now)} for its "
-                f"{self.ranks}), where with room it keeps each rank on a NUMA node of its own ({cores(self.alone)}); "
-                "a node that aligns waits for room rather than split it")
+        return (f"the kubelet ({self.config}) would run the model split now (cores {numa_cores(self.now)} for its "
+                f"{self.ranks}), where with room it keeps each rank on a NUMA node of its own "
+                f"({numa_cores(self.alone)}); a node that aligns waits for room rather than split it")
 
 
 class MemoryPlacementUnknown(NamedTuple):
@@ -414,11 +411,9 @@ class PackagesUnseen(NamedTuple):
     check: str = SHARED_UNSEEN
 
     def text(self) -> str:
-        where = _numa_nodes(self.paired) if self.paired else "no NUMA node per rank"
-        return (f"the balloons plugin would put it on {_numa_nodes(self.numa)} if this node's NUMA nodes sit on one "
-                f"package, or one package each, and on {where} if they sit on two: the shared balloons grew and "
-                "shrank where the packages decide, and nothing says which NUMA nodes share one; let the extender "
-                "read the plugin's NodeResourceTopology")
+        return _two_layouts(self.numa, "if this node's NUMA nodes sit on one package, or one package each",
+                            self.paired, "if they sit on two", "the shared balloons grew and shrank where the "
+                            "packages decide, and nothing says which NUMA nodes share one")
 
 
 class ThreadsUnseen(NamedTuple):
@@ -430,11 +425,9 @@ class ThreadsUnseen(NamedTuple):
     check: str = SHARED_UNSEEN
 
     def text(self) -> str:
-        where = _numa_nodes(self.threads) if self.threads else "no NUMA node per rank"
-        return (f"the balloons plugin would put it on {_numa_nodes(self.numa)} if the shared balloons held whole "
-                f"cores, and on {where} as they grew CPU by CPU, container by container: an odd CPU leaves half a "
-                "core, and the next growth may go to another NUMA node; let the extender read the plugin's "
-                "NodeResourceTopology")
+        return _two_layouts(self.numa, "if the shared balloons held whole cores", self.threads,
+                            "as they grew CPU by CPU, container by container", "an odd CPU leaves half a core, and "
+                            "the next growth may go to another NUMA node")
 
 
 class SidecarsNoRoom(NamedTuple):
@@ -551,6 +544,18 @@ def fmt_bytes(value: int) -> str:
 
 def _s(count: int) -> str:
     return "s" if count != 1 else ""
+
+
+def _two_layouts(numa: tuple[int, ...], first: str, other: tuple[int, ...], second: str, why: str) -> str:
+    """Where the plugin puts it under each of two layouts of the shared balloons that nothing tells apart."""
+    where = _numa_nodes(other) if other else "no NUMA node per rank"
+    return (f"the balloons plugin would put it on {_numa_nodes(numa)} {first}, and on {where} {second}: {why}; let "
+            "the extender read the plugin's NodeResourceTopology")
+
+
+def numa_cores(spread: tuple[tuple[int, int], ...]) -> str:
+    """(NUMA node, cores) pairs as messages write them: "NUMA 0: 12, NUMA 3: 4"."""
+    return ", ".join(f"NUMA {i}: {c}" for i, c in spread)
 
 
 def _numa_nodes(numa: tuple[int, ...]) -> str:
