@@ -423,6 +423,8 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
         # Where the shared balloons are is what the plugin says, whatever the replay grew: the next resize (a new
         # pod's init containers) moves them from there.
         ledger.seat_shared(observed.outside_by_type)
+    else:
+        ledger.mark_replayed()
     if observed is not None and unclaimed:
         # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
         # still hold their cores.

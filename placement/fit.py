@@ -415,7 +415,7 @@ def _fit_balloon(demand: ModelDemand, ledger: NodeLedger, node: str, strategy: s
         for i, cores in placed.per_numa:
             elsewhere = unsure - ledger.guessed[i]
             if elsewhere and cores + elsewhere > (unlent or free)[i]:
-                return _refuse(node, reasons.SharedUnseen(i, elsewhere), True, fp)
+                return _refuse(node, reasons.SharedUnseen(i, elsewhere, ledger.replayed), True, fp)
     # The shared balloons as they may sit instead: their NUMA nodes on two packages, their growth counted in CPUs.
     for other_free, unlent_in, unseen in ((ledger.free_paired(), ledger.unlent_paired, reasons.PackagesUnseen),
                                           (ledger.free_threads(), ledger.unlent_threads, reasons.ThreadsUnseen)):

@@ -215,6 +215,7 @@ class NodeLedger:
     _threads: dict[str, tuple[int, ...]] = field(init=False, default_factory=dict)
     _keeps_threads: bool = field(init=False, default=False)
     _threads_free: tuple[tuple[int, ...], tuple[int, ...] | None] | None = field(init=False, default=None)
+    _replayed: set[str] = field(init=False, default_factory=set)  # see `mark_replayed`
     # Where they follow the plugin resize by resize, the pods whose init containers grew a shared balloon and shrank
     # it back (`init_cycle`, once per pod), each with the cores per NUMA node they hold beyond that while they run;
     # and the pods whose init containers run now, whose cores are those.
@@ -339,9 +340,28 @@ class NodeLedger:
             self.guessed = self._lent_held = ()
             self._free = self._less_init(self._spill_elastic(self._avail)) if self.kstate is None or \
                 self.kubelet is None else kub.free_cores(self.kubelet, self.kstate)
-            if self._floating and self.observed_shared is None:
-                self.guessed = tuple(g + f for g, f in zip(self.guessed or (0,) * len(self._floating), self._floating))
+            if self.observed_shared is None:
+                doubt = self._floating
+                if self._replayed:
+                    replayed = self._cores_of({t: g for t, g in self._grown.items() if t in self._replayed})
+                    doubt = tuple(d + r for d, r in zip(doubt or (0,) * len(replayed), replayed))
+                if doubt:
+                    self.guessed = tuple(g + d for g, d in zip(self.guessed or (0,) * len(doubt), doubt))
         return self._free
+
+    @property
+    def replayed(self) -> bool:
+        """Some shared balloon's cores are where a replay of a list put them (`mark_replayed`)."""
+        return bool(self._replayed) and self.observed_shared is None
+
+    def mark_replayed(self) -> None:
+        """This ledger was built from a list of the node's pods: where its shared balloons grew is history the list
+        does not carry (pods that came and went, init containers that grew them and shrank them back, in the order
+        they did), so their replayed cores are a guess (`guessed`) until they shrink back to their minimum or the
+        plugin's export says where they are. The oracle saw a rebuilt reserved balloon on NUMA nodes 1 and 3 split
+        27 + 23 cores where the plugin's was 25 + 25, and a TP=1 pod of 17 cores admitted on NUMA node 3 ran 12 + 5."""
+        self._replayed = set(self._grown)
+        self._free = None
 
     def kubelet_put(self, state: kub.KState, holding: Holding | None = None) -> None:
         """The kubelet's state after it admitted a pod here (`kubelet.admit`, or a pod of known CPUs), and the
@@ -458,6 +478,7 @@ class NodeLedger:
         export says: where they grow and shrink next starts from there."""
         if self._resized_as_plugin:
             self._grown = {name: cores for name, cores in grown.items() if any(cores)}
+            self._replayed.clear()
             self._free = None
             self.stamps.take(self.name)
 
@@ -682,6 +703,8 @@ class NodeLedger:
             grown_by_type[balloon] = grown
         else:
             grown_by_type.pop(balloon, None)
+            if grown_by_type is self._grown:
+                self._replayed.discard(balloon)  # back to its minimum: where it is is known again
 
     # -- changes -----------------------------------------------------------------------------------
 
@@ -903,6 +926,7 @@ class NodeLedger:
         copy._grown = dict(self._grown)
         copy._paired = dict(self._paired)
         copy._threads = dict(self._threads)
+        copy._replayed = set(self._replayed)
         copy._cycled, copy._initializing = dict(self._cycled), set(self._initializing)
         return copy
 

@@ -391,15 +391,20 @@ class ReservedLent(NamedTuple):
 class SharedUnseen(NamedTuple):
     numa: int  # the NUMA node the balloon would take
     cores: int  # shared balloons' cores that may be there
+    replayed: bool = False  # the ledger was built from a list of the node's pods (`NodeLedger.mark_replayed`)
 
     check: str = SHARED_UNSEEN
 
     def text(self) -> str:
+        why = (": the extender read the node's pods from a list (a restart, a relist), which does not say where the "
+               "pods that came and went since grew and shrank them; it is known again once they shrink back to their "
+               "minimum, or let the extender read the plugin's NodeResourceTopology") if self.replayed else \
+            (" (no NodeResourceTopology export was read, and no type of the BalloonsPolicy prefers a NUMA node, or "
+             "the reserved balloon is a CPU count); let the extender read the plugin's NodeResourceTopology, or use "
+             "the generated policy")
         return (f"NUMA node {self.numa} has room for it only if the {self.cores} core{_s(self.cores)} the shared "
                 f"balloons took elsewhere {'are' if self.cores != 1 else 'is'} not there, and where they grew is not "
-                "known (no NodeResourceTopology export was read, and no type of the BalloonsPolicy prefers a NUMA "
-                "node, or the reserved balloon is a CPU count); let the extender read the plugin's "
-                "NodeResourceTopology, or use the generated policy")
+                f"known{why}")
 
 
 class PackagesUnseen(NamedTuple):

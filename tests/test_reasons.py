@@ -90,6 +90,11 @@ CASES: list[tuple[r.Reason, str, str]] = [
      "they grew is not known (no NodeResourceTopology export was read, and no type of the BalloonsPolicy prefers a "
      "NUMA node, or the reserved balloon is a CPU count); let the extender read the plugin's NodeResourceTopology, or "
      "use the generated policy"),
+    (r.SharedUnseen(1, 2, replayed=True), r.SHARED_UNSEEN,
+     "NUMA node 1 has room for it only if the 2 cores the shared balloons took elsewhere are not there, and where "
+     "they grew is not known: the extender read the node's pods from a list (a restart, a relist), which does not "
+     "say where the pods that came and went since grew and shrank them; it is known again once they shrink back to "
+     "their minimum, or let the extender read the plugin's NodeResourceTopology"),
     (r.PackagesUnseen((0,), (1,)), r.SHARED_UNSEEN,
      "the balloons plugin would put it on NUMA node 0 if this node's NUMA nodes sit on one package, or one package "
      "each, and on NUMA node 1 if they sit on two: the shared balloons grew and shrank where the packages decide, and "

@@ -99,3 +99,33 @@ def test_pods_of_unknown_placement_are_counted_so_that_nothing_admitted_is_sprea
             else:
                 assert "with no recorded placement count on every NUMA node" in verdict.reason, verdict.reason
         assert admitted
+
+
+def test_a_rebuilt_ledger_admits_no_balloon_where_shared_balloons_may_have_grown_in_a_history_it_cannot_see() -> None:
+    """System pods of 15, 15, 11, 13, 9 and 11 CPUs, two of them deleted on the way (the second and the first), on 2
+    packages of one 20-core NUMA node, SMT on, the generated policy: the plugin grew and shrank the reserved balloon
+    so that it holds 36 CPUs beyond its cpuset on NUMA node 1 and none on NUMA node 0 (free cores 15 and 2). The live
+    ledger followed it there. A ledger rebuilt from the list replays the four that are left in creation order and
+    grows the balloon on NUMA node 0 (17 and 0 free): it would admit a TP=1 pod of 16 cores on NUMA node 0, which the
+    plugin runs 15 + 1. Where the shared balloons grew is a guess there, and the pod must fit wherever they are."""
+    shape = NodeShape(packages=2, numa_per_package=1, cores_per_numa=20, threads_per_core=2)
+    group = Group(seed=1, shape=shape, policy="generated")
+    with BalloonsPeer(shape, policy_spec(group)) as plugin:
+        node = Node(plugin, group)
+        for name, cpu in (("s0", 15), ("s1", 15)):
+            assert node.add_system(name, "kube-system", cpu)
+        node.delete("s1")
+        for name, cpu in (("s3", 11), ("s4", 13), ("s5", 9), ("s6", 11)):
+            assert node.add_system(name, "kube-system", cpu)
+        node.delete("s0")
+        live, plugin = node.free()
+        # The live ledger in whole cores per pod holds a core too few (16, 2); in CPUs, as the plugin grows it, agrees.
+        assert plugin == (15, 2) and live == (16, 2)
+        assert node.cluster.ledger(NODE).free_threads() == plugin  # type: ignore[union-attr]
+        rebuilt = node.rebuilt()
+        ledger = rebuilt.ledger(NODE)
+        assert ledger is not None and ledger.free()[0] > 15  # the replay: on the other NUMA node
+        verdict, got = node.add_model("t", 1, 16, rebuilt)
+        assert got == {0: 15, 1: 1}  # the plugin spreads it
+        assert not verdict.ok and "shared balloons took elsewhere" in verdict.reason, verdict.reason
+        assert "read the node's pods from a list" in verdict.reason
