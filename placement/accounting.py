@@ -421,18 +421,17 @@ def build_ledger(name: str, labels: Mapping[str, str], topo: Topology, reserved:
         account(ledger, rec, fit, log, observed, unclaimed, unplaced)
     if observed is not None:
         # Where the shared balloons are is what the plugin says, whatever the replay grew: the next resize (a new
-        # pod's init containers) moves them from there.
+        # pod's init containers, a pod bound here before the next export) moves them from there.
         ledger.seat_shared(observed.outside_by_type)
-    else:
-        ledger.mark_replayed()
-    if observed is not None and unclaimed:
         # Balloons no pod here accounts for (idle ones the policy keeps, or a pod's the list does not show yet)
         # still hold their cores.
         extra = list(observed.outside_reserved)
-        for per_numa in unclaimed.values():
+        for per_numa in (unclaimed or {}).values():
             for numa, cores in per_numa:
                 extra[numa] += cores
         ledger.observe_shared(tuple(extra))
+    else:
+        ledger.mark_replayed()
     ledger.derive()
     return ledger
 

@@ -228,6 +228,9 @@ class NodeLedger:
     # Per NUMA node, cores beyond the reserved cpuset the shared balloons really hold (the plugin's exported
     # zones); None: predicted from their requests.
     observed_shared: tuple[int, ...] | None = None
+    # The shared balloons' cores per NUMA node as the ledger had them when it read `observed_shared`: what they grow
+    # or shrink since (pods bound here that the export does not show yet) moves them from what it read.
+    _seen_grown: tuple[int, ...] | None = field(init=False, default=None)
     observed_idle_lent: tuple[int, ...] | None = None  # with it, lent reserved cores no balloon holds, per NUMA node
     numa_memory: tuple[int, ...] = ()  # bytes per NUMA node; (): unknown, memory is not checked
     memory_total: int = field(init=False)
@@ -318,8 +321,10 @@ class NodeLedger:
                              / self.threads_per_core) for name, milli in self._shared_by_type.items())
 
     def observe_shared(self, cores: tuple[int, ...]) -> None:
-        """Cores per NUMA node that balloons hold beyond the reserved cpuset and every holding here."""
+        """Cores per NUMA node that balloons hold beyond the reserved cpuset and every holding here, as the plugin's
+        export says now; the shared balloons' growth from here on is added to it."""
         self.observed_shared = cores
+        self._seen_grown = self._grown_cores()
         self._free = None
         self.stamps.take(self.name)
 
@@ -465,13 +470,15 @@ class NodeLedger:
         """A copy of this node as a new pod's init containers, `milli` at most at once in the shared balloon of
         `namespace`, leave it: where its other containers then land."""
         copy = self.scratch()
-        before = copy._grown_cores()
         copy.init_cycle("", namespace, milli)
-        if copy.observed_shared is not None:
-            # Seated where the export says (`seat_shared`), the shared balloons move from there.
-            copy.observed_shared = _clamped([o - b + a for o, b, a in
-                                             zip(copy.observed_shared, before, copy._grown_cores())])
         return copy
+
+    def _shared_seen(self) -> tuple[int, ...]:
+        """`observed_shared` moved by what the shared balloons grew or shrank since it was read."""
+        assert self.observed_shared is not None
+        if self._seen_grown is None:
+            return self.observed_shared
+        return _clamped([o + g - s for o, g, s in zip(self.observed_shared, self._grown_cores(), self._seen_grown)])
 
     def seat_shared(self, grown: Mapping[str, tuple[int, ...]]) -> None:
         """The shared balloons hold `grown` (cores per NUMA node beyond the reserved cpuset, by type), as the plugin's
@@ -554,7 +561,7 @@ class NodeLedger:
 
     def _spill_elastic(self, avail: list[int]) -> tuple[int, ...]:
         if self.observed_shared is not None:
-            return _clamped([a - o for a, o in zip(avail, self.observed_shared)])
+            return _clamped([a - o for a, o in zip(avail, self._shared_seen())])
         if self._grown:
             return self._spill(avail, self._grown)
         if not self._shared_by_type or self._resized_as_plugin:
@@ -927,6 +934,7 @@ class NodeLedger:
         copy._paired = dict(self._paired)
         copy._threads = dict(self._threads)
         copy._replayed = set(self._replayed)
+        copy._seen_grown = self._seen_grown
         copy._cycled, copy._initializing = dict(self._cycled), set(self._initializing)
         return copy
 

@@ -22,9 +22,11 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
-def cluster_file(tmp_path: Path, *pods: dict[str, Any]) -> str:
+def cluster_file(tmp_path: Path, *pods: dict[str, Any], without: tuple[str, str] | None = None) -> str:
+    """The demo fleet with `pods` added and the object `without` (kind, name) left out."""
+    items = [o for o in load_objects(demo_text()) if (o["kind"], o["metadata"]["name"]) != without]
     path = tmp_path / "cluster.json"
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": load_objects(demo_text()) + list(pods)}))
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [*items, *pods]}))
     return str(path)
 
 
@@ -46,6 +48,21 @@ def test_every_node_with_its_numbers_and_the_change_that_would_fit(tmp_path: Pat
     text = cli("--cluster", cluster_file(tmp_path, pending), "explain", "big-model", "-n", "llm-inference")
     assert text.returncode == 0 and "fits 4 of 9 nodes now" in text.stdout.splitlines()[0]
     assert f"cpu-full: {full['free']}" in text.stdout
+
+
+def test_without_the_plugins_export_an_eviction_short_of_the_shared_balloons_doubt_names_the_export(
+        tmp_path: Path) -> None:
+    """cpu-full's reserved balloon grew by 2 cores; without its plugin's export, a ledger built from a list does not
+    know on which NUMA node, so evicting one qwen replica is not enough, and the change is the export, not a
+    smaller request."""
+    path = cluster_file(tmp_path, model_pod("big-model", cpus=48), without=("NodeResourceTopology", "cpu-full"))
+    done = cli("--cluster", path, "explain", "llm-inference/big-model", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    full = next(n for n in json.loads(done.stdout)["nodes"] if n["node"] == "cpu-full")
+    assert not full["fits"] and full["change"].startswith(
+        "evicting llm/qwen-14b-predictor-7f6d5-klmno would make room, but NUMA node 0 has room for it only if the 2 "
+        "cores the shared balloons took elsewhere are not there")
+    assert full["change"].endswith("let the extender read the plugin's NodeResourceTopology")
 
 
 def test_a_pod_that_is_not_there_bound_or_not_a_model_is_one_sentence(tmp_path: Path) -> None:

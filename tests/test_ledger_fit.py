@@ -349,6 +349,22 @@ def test_cluster_events_release_terminated_and_deleted_pods(demo: ClusterState, 
     assert demo.ledger("cpu-a2").free() == (29, 29)
 
 
+def test_pods_the_plugins_export_does_not_show_yet_still_grow_the_shared_balloons(demo: ClusterState,
+                                                                                    demo_objects) -> None:
+    """cpu-full's plugin exports where its balloons are. A pod bound since still takes its cores: the webhook's
+    replica count and the extender's next verdicts must not wait for the plugin's next export."""
+    fluentd = next(o for o in demo_objects if o["metadata"].get("name") == "fluentd-heavy-cpu-full")
+    assert demo.ledger("cpu-full").free() == (3, 1)
+    for i in range(3):
+        pod = copy.deepcopy(fluentd)
+        pod["metadata"].update(name=f"fluent-bit-{i}", uid=f"uid-fluent-bit-{i}")
+        pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}
+        demo.apply("Pod", "ADDED", pod)
+        assert sum(demo.ledger("cpu-full").free()) == 3 - i  # a core for each 2-CPU pod
+    demo.apply("Pod", "DELETED", pod)
+    assert sum(demo.ledger("cpu-full").free()) == 2
+
+
 def test_node_that_disappears_drops_its_ledger(demo: ClusterState, demo_objects) -> None:
     node = next(o for o in demo_objects if o["kind"] == "Node" and o["metadata"]["name"] == "cpu-icx")
     demo.apply("Node", "DELETED", node)
