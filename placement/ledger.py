@@ -228,9 +228,9 @@ class NodeLedger:
     # Per NUMA node, cores beyond the reserved cpuset the shared balloons really hold (the plugin's exported
     # zones); None: predicted from their requests.
     observed_shared: tuple[int, ...] | None = None
-    # The shared balloons' cores per NUMA node as the ledger had them when it read `observed_shared`: what they grow
-    # or shrink since (pods bound here that the export does not show yet) moves them from what it read.
-    _seen_grown: tuple[int, ...] | None = field(init=False, default=None)
+    # Each shared balloon's size in CPUs and cores per NUMA node when the ledger read `observed_shared`: a balloon
+    # resized since (pods bound here that the export does not show yet) moves it from what it read.
+    _seen: tuple[dict[str, int], dict[str, tuple[int, ...]]] | None = field(init=False, default=None)
     observed_idle_lent: tuple[int, ...] | None = None  # with it, lent reserved cores no balloon holds, per NUMA node
     numa_memory: tuple[int, ...] = ()  # bytes per NUMA node; (): unknown, memory is not checked
     memory_total: int = field(init=False)
@@ -317,14 +317,21 @@ class NodeLedger:
             excess = self._shared_total - self.shared_pool_cpus * 1000
             return math.ceil(math.ceil(excess / 1000) / self.threads_per_core) if excess > 0 else 0
         # Each balloon takes cores of its own.
-        return sum(math.ceil(shared_balloon_cpus(policy.route_type(name), milli, self._kept_cpus)
-                             / self.threads_per_core) for name, milli in self._shared_by_type.items())
+        return sum(math.ceil(cpus / self.threads_per_core) for cpus in self._balloon_cpus().values())
+
+    def _balloon_cpus(self) -> dict[str, int]:
+        """Each shared balloon's size in CPUs, as the plugin sizes it (nothing without a policy)."""
+        policy = self.nri.policy
+        if policy is None:
+            return {}
+        return {name: shared_balloon_cpus(policy.route_type(name), milli, self._kept_cpus)
+                for name, milli in self._shared_by_type.items()}
 
     def observe_shared(self, cores: tuple[int, ...]) -> None:
         """Cores per NUMA node that balloons hold beyond the reserved cpuset and every holding here, as the plugin's
         export says now; the shared balloons' growth from here on is added to it."""
         self.observed_shared = cores
-        self._seen_grown = self._grown_cores()
+        self._seen = (self._balloon_cpus(), dict(self._grown))
         self._free = None
         self.stamps.take(self.name)
 
@@ -470,15 +477,30 @@ class NodeLedger:
         """A copy of this node as a new pod's init containers, `milli` at most at once in the shared balloon of
         `namespace`, leave it: where its other containers then land."""
         copy = self.scratch()
+        seen = copy._shared_seen() if copy.observed_shared is not None else None
+        before = copy._grown_cores()
         copy.init_cycle("", namespace, milli)
+        if seen is not None:
+            # Grown and shrunk back to the same size, the shared balloons still moved from where the export seated
+            # them (`seat_shared`): what the plugin holds is where they now are.
+            copy.observe_shared(_clamped([o - b + a for o, b, a in zip(seen, before, copy._grown_cores())]))
         return copy
 
     def _shared_seen(self) -> tuple[int, ...]:
         """`observed_shared` moved by what the shared balloons grew or shrank since it was read."""
         assert self.observed_shared is not None
-        if self._seen_grown is None:
+        if self._seen is None:
             return self.observed_shared
-        return _clamped([o + g - s for o, g, s in zip(self.observed_shared, self._grown_cores(), self._seen_grown)])
+        # Only a balloon whose size changed moves: the plugin resizes on a change of CPUs, and the ledger's layout
+        # of one it did not resize (in whole cores where the plugin holds half of one) is no news.
+        sizes, grown = self._seen
+        now = self._balloon_cpus()
+        resized = {name for name in sizes.keys() | now.keys() if sizes.get(name) != now.get(name)}
+        if not resized:
+            return self.observed_shared
+        after = self._cores_of({name: g for name, g in self._grown.items() if name in resized})
+        before = self._cores_of({name: g for name, g in grown.items() if name in resized})
+        return _clamped([o + a - b for o, a, b in zip(self.observed_shared, after, before)])
 
     def seat_shared(self, grown: Mapping[str, tuple[int, ...]]) -> None:
         """The shared balloons hold `grown` (cores per NUMA node beyond the reserved cpuset, by type), as the plugin's
@@ -934,7 +956,7 @@ class NodeLedger:
         copy._paired = dict(self._paired)
         copy._threads = dict(self._threads)
         copy._replayed = set(self._replayed)
-        copy._seen_grown = self._seen_grown
+        copy._seen = self._seen
         copy._cycled, copy._initializing = dict(self._cycled), set(self._initializing)
         return copy
 
