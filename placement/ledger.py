@@ -228,9 +228,10 @@ class NodeLedger:
     # Per NUMA node, cores beyond the reserved cpuset the shared balloons really hold (the plugin's exported
     # zones); None: predicted from their requests.
     observed_shared: tuple[int, ...] | None = None
-    # Each shared balloon's size in CPUs and cores per NUMA node when the ledger read `observed_shared`: a balloon
-    # resized since (pods bound here that the export does not show yet) moves it from what it read.
-    _seen: tuple[dict[str, int], dict[str, tuple[int, ...]]] | None = field(init=False, default=None)
+    # Each shared balloon's size in CPUs as `observed_shared` holds it, once read: a resize since (a pod bound here or
+    # gone, an init container, before the next export) moves it by what the resize moves; None while a build
+    # replays the node's pods.
+    _observed_sizes: dict[str, int] | None = field(init=False, default=None)
     observed_idle_lent: tuple[int, ...] | None = None  # with it, lent reserved cores no balloon holds, per NUMA node
     numa_memory: tuple[int, ...] = ()  # bytes per NUMA node; (): unknown, memory is not checked
     memory_total: int = field(init=False)
@@ -331,7 +332,7 @@ class NodeLedger:
         """Cores per NUMA node that balloons hold beyond the reserved cpuset and every holding here, as the plugin's
         export says now; the shared balloons' growth from here on is added to it."""
         self.observed_shared = cores
-        self._seen = (self._balloon_cpus(), dict(self._grown))
+        self._observed_sizes = self._balloon_cpus()
         self._free = None
         self.stamps.take(self.name)
 
@@ -477,30 +478,8 @@ class NodeLedger:
         """A copy of this node as a new pod's init containers, `milli` at most at once in the shared balloon of
         `namespace`, leave it: where its other containers then land."""
         copy = self.scratch()
-        seen = copy._shared_seen() if copy.observed_shared is not None else None
-        before = copy._grown_cores()
         copy.init_cycle("", namespace, milli)
-        if seen is not None:
-            # Grown and shrunk back to the same size, the shared balloons still moved from where the export seated
-            # them (`seat_shared`): what the plugin holds is where they now are.
-            copy.observe_shared(_clamped([o - b + a for o, b, a in zip(seen, before, copy._grown_cores())]))
         return copy
-
-    def _shared_seen(self) -> tuple[int, ...]:
-        """`observed_shared` moved by what the shared balloons grew or shrank since it was read."""
-        assert self.observed_shared is not None
-        if self._seen is None:
-            return self.observed_shared
-        # Only a balloon whose size changed moves: the plugin resizes on a change of CPUs, and the ledger's layout
-        # of one it did not resize (in whole cores where the plugin holds half of one) is no news.
-        sizes, grown = self._seen
-        now = self._balloon_cpus()
-        resized = {name for name in sizes.keys() | now.keys() if sizes.get(name) != now.get(name)}
-        if not resized:
-            return self.observed_shared
-        after = self._cores_of({name: g for name, g in self._grown.items() if name in resized})
-        before = self._cores_of({name: g for name, g in grown.items() if name in resized})
-        return _clamped([o + a - b for o, a, b in zip(self.observed_shared, after, before)])
 
     def seat_shared(self, grown: Mapping[str, tuple[int, ...]]) -> None:
         """The shared balloons hold `grown` (cores per NUMA node beyond the reserved cpuset, by type), as the plugin's
@@ -583,7 +562,7 @@ class NodeLedger:
 
     def _spill_elastic(self, avail: list[int]) -> tuple[int, ...]:
         if self.observed_shared is not None:
-            return _clamped([a - o for a, o in zip(avail, self._shared_seen())])
+            return self._beside_observed(avail)
         if self._grown:
             return self._spill(avail, self._grown)
         if not self._shared_by_type or self._resized_as_plugin:
@@ -601,6 +580,23 @@ class NodeLedger:
             if free[i] <= 0:
                 break
             free[i] -= 1
+        return _clamped(free)
+
+    def _beside_observed(self, avail: list[int]) -> tuple[int, ...]:
+        """`avail` less what the plugin's export says the shared balloons hold (moved since by `_resize_shared` where
+        the ledger follows resizes). Where it does not, what they grew since the export is held by the one-step rule
+        of `_grown_at_once`, as a guess (`guessed`)."""
+        assert self.observed_shared is not None
+        free = [a - o for a, o in zip(avail, self.observed_shared)]
+        policy, sizes = self.nri.policy, self._observed_sizes
+        if policy is None or sizes is None or self._resized_as_plugin:
+            return _clamped(free)
+        t = self.threads_per_core
+        grew = sum(max(0, -(-cpus // t) - -(-sizes.get(name, 0) // t)) for name, cpus in self._balloon_cpus().items())
+        if grew:
+            held = inflation.grow((0,) * len(free), _clamped(free), grew, balancing=policy.topology_balancing)
+            free = [f - h for f, h in zip(free, held)]
+            self.guessed = tuple(held)
         return _clamped(free)
 
     def _grown_at_once(self, policy: BalloonsPolicy, free: list[int]) -> list[int]:
@@ -670,6 +666,25 @@ class NodeLedger:
         policy = self.nri.policy
         if policy is None or not self._resized_as_plugin:
             return
+        sizes = self._observed_sizes
+        if sizes is not None and self.observed_shared is not None:
+            # Under the plugin's export the plugin resizes a balloon when its size in CPUs changes, from where the
+            # export seated it: move what the export said by what this resize moves (a half-held core the
+            # whole-core layout drops is no resize: group 1962 stream 9620003).
+            cpus = self._balloon_cpus().get(balloon, 0)
+            if cpus == sizes.get(balloon, 0):
+                return
+            before = self._grown_cores()
+            self._resize_all(balloon, policy)
+            sizes[balloon] = cpus
+            self.observed_shared = _clamped([o + a - b for o, a, b in
+                                             zip(self.observed_shared, self._grown_cores(), before)])
+            self._free = None
+            return
+        self._resize_all(balloon, policy)
+
+    def _resize_all(self, balloon: str, policy: BalloonsPolicy) -> None:
+        """Resize `balloon` in each layout the ledger keeps."""
         self._free = None
         if self._packages:
             self._resize_in(self._paired, self._spill(self._avail, self._paired), balloon, policy, self._packages)
@@ -956,7 +971,7 @@ class NodeLedger:
         copy._paired = dict(self._paired)
         copy._threads = dict(self._threads)
         copy._replayed = set(self._replayed)
-        copy._seen = self._seen
+        copy._observed_sizes = dict(self._observed_sizes) if self._observed_sizes is not None else None
         copy._cycled, copy._initializing = dict(self._cycled), set(self._initializing)
         return copy
 
