@@ -744,6 +744,8 @@ class NodeLedger:
         elif delta < 0:
             grown = inflation.shrink(grown, room, -delta, base=base, packages=packages)
         if any(grown):
+            if grown_by_type is self._grown and self._replayed and balloon not in grown_by_type:
+                self._replayed.add(balloon)  # grown from where a replay guessed the others are: a guess too
             grown_by_type[balloon] = grown
         else:
             grown_by_type.pop(balloon, None)
