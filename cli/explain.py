@@ -70,12 +70,13 @@ def _change(state: ClusterState, demand: ModelDemand, ledger: NodeLedger, result
             return (f"evict {', '.join(v.pod for v in victims)} (NUMA {', '.join(map(str, outcome.choice.numa))}): "
                     f"the fewest model pods whose cores make room; preemption does this only for pods of lower "
                     "priority")
-        # Where an eviction would make room but for the shared balloons nothing says the place of, the change is
-        # what would say it, not a smaller request (a refusal that says so already needs no eviction named).
-        for victim in everyone if result.check != reasons.SHARED_UNSEEN else ():
-            unseen = state.fit(demand, ledger.scratch(evicted=(victim.uid,)))
-            if unseen.check == reasons.SHARED_UNSEEN:
-                return f"evicting {victim.pod} would make room, but {unseen.reason}"
+        if result.check != reasons.SHARED_UNSEEN:  # a refusal that says so already needs no eviction named
+            # Where an eviction would make room but for the shared balloons nothing says the place of, the change
+            # is what would say it, not a smaller request.
+            for victim in everyone:
+                unseen = state.fit(demand, ledger.scratch(evicted=(victim.uid,)))
+                if unseen.check == reasons.SHARED_UNSEEN:
+                    return f"evicting {victim.pod} would make room, but {unseen.reason}"
     if result.check == reasons.TP_EXCEEDS_NUMA:
         return f"ask for at most {len(ledger.capacity)} ranks (tensor-parallel-size × pipeline × data parallel)"
     if result.check in (reasons.BALLOON_TYPE_MISSING, reasons.NRI_NOT_RUNNING):

@@ -354,12 +354,11 @@ class NodeLedger:
             self._free = self._less_init(self._spill_elastic(self._avail)) if self.kstate is None or \
                 self.kubelet is None else kub.free_cores(self.kubelet, self.kstate)
             if self.observed_shared is None:
-                doubt = self._floating
-                if self._replayed:
-                    replayed = self._cores_of({t: g for t, g in self._grown.items() if t in self._replayed})
-                    doubt = tuple(d + r for d, r in zip(doubt or (0,) * len(replayed), replayed))
-                if doubt:
-                    self.guessed = tuple(g + d for g, d in zip(self.guessed or (0,) * len(doubt), doubt))
+                replayed = self._cores_of({t: g for t, g in self._grown.items() if t in self._replayed}) \
+                    if self._replayed else ()
+                for doubt in (self._floating, replayed):
+                    if doubt:
+                        self.guessed = tuple(g + d for g, d in zip(self.guessed or (0,) * len(doubt), doubt))
         return self._free
 
     @property
@@ -679,7 +678,6 @@ class NodeLedger:
             sizes[balloon] = cpus
             self.observed_shared = _clamped([o + a - b for o, a, b in
                                              zip(self.observed_shared, self._grown_cores(), before)])
-            self._free = None
             return
         self._resize_all(balloon, policy)
 
